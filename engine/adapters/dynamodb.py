@@ -1,0 +1,349 @@
+"""The execution store on one DynamoDB table (see DESIGN.md for the layout)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from engine.adapters.aws_errors import mapped
+from engine.config import shard_of
+from engine.errors import ConflictError, InvalidInput
+from engine.ports import Page
+from engine.state import Attempt, Execution, Status, StepRecord, StepStatus, canonical_json
+
+# The table's key schema; template.yaml must say the same (a test checks it).
+PK, SK = "PK", "SK"
+META_SK = "#META"
+GSI1, GSI1PK, GSI1SK = "GSI1", "GSI1PK", "GSI1SK"
+GSI2, GSI2PK, GSI2SK = "GSI2", "GSI2PK", "GSI2SK"
+LIST_PARTITION = "EXECUTIONS"
+KEY_ATTRIBUTES = {PK: "S", SK: "S", GSI1PK: "S", GSI1SK: "N", GSI2PK: "S", GSI2SK: "S"}
+SUMMARY_ATTRIBUTES = [
+    PK, "id", "workflow", "#s", "current_step", "version", "created_at", "updated_at",
+    "next_wake_at", "attempt", "attempt_base", "started_attempt", "ready_at", "#e",
+]
+
+
+def exec_pk(execution_id: str) -> str:
+    return f"EXEC#{execution_id}"
+
+
+def step_sk(index: int, name: str) -> str:
+    return f"STEP#{index:03d}#{name}"
+
+
+def _n(value: float | int) -> dict[str, str]:
+    return {"N": repr(value) if isinstance(value, float) else str(value)}
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _num(attr: dict[str, str] | None) -> float | None:
+    return None if attr is None else float(attr["N"])
+
+
+def _json(attr: dict[str, str] | None) -> Any:
+    return None if attr is None else json.loads(attr["S"])
+
+
+class DynamoStore:
+    """Implements ``engine.ports.Store`` with a low-level boto3 DynamoDB client."""
+
+    def __init__(self, client: Any, table_name: str, shards: int) -> None:
+        self._db = client
+        self._table = table_name
+        self._shards = shards
+        self.return_consumed_capacity = "NONE"  # benchmarks set TOTAL/INDEXES
+
+    # ---------------------------------------------------------------- encoding
+
+    def _item(self, ex: Execution) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            PK: _s(exec_pk(ex.id)),
+            SK: _s(META_SK),
+            "id": _s(ex.id),
+            "workflow": _s(ex.workflow),
+            "status": _s(ex.status.value),
+            "current_step": _n(ex.current_step),
+            "version": _n(ex.version),
+            "input": _s(canonical_json(ex.input)),
+            "context": _s(canonical_json(ex.context)),
+            "created_at": _n(ex.created_at),
+            "updated_at": _n(ex.updated_at),
+            "attempt": _n(ex.attempt),
+            "attempt_base": _n(ex.attempt_base),
+            "started_attempt": _n(ex.started_attempt),
+            GSI2PK: _s(LIST_PARTITION),
+            GSI2SK: _s(f"{ex.created_at:020.6f}#{ex.id}"),
+        }
+        if ex.next_wake_at is not None:
+            # Sparse index: only executions with a wake time are in GSI1.
+            item["next_wake_at"] = _n(ex.next_wake_at)
+            item[GSI1PK] = _s(f"DUE#{shard_of(ex.id, self._shards)}")
+            item[GSI1SK] = _n(ex.next_wake_at)
+        if ex.ready_at is not None:
+            item["ready_at"] = _n(ex.ready_at)
+        if ex.error is not None:
+            item["error"] = _s(canonical_json(ex.error))
+        return item
+
+    @staticmethod
+    def _execution(item: dict[str, Any]) -> Execution:
+        return Execution(
+            id=item["id"]["S"],
+            workflow=item["workflow"]["S"],
+            status=Status(item["status"]["S"]),
+            current_step=int(item["current_step"]["N"]),
+            version=int(item["version"]["N"]),
+            input=_json(item.get("input")) or {},
+            context=_json(item.get("context")) or {},
+            created_at=float(item["created_at"]["N"]),
+            updated_at=float(item["updated_at"]["N"]),
+            next_wake_at=_num(item.get("next_wake_at")),
+            attempt=int(item.get("attempt", {"N": "1"})["N"]),
+            attempt_base=int(item.get("attempt_base", {"N": "0"})["N"]),
+            started_attempt=int(item.get("started_attempt", {"N": "0"})["N"]),
+            ready_at=_num(item.get("ready_at")),
+            error=_json(item.get("error")),
+        )
+
+    @staticmethod
+    def _record(execution_id: str, item: dict[str, Any]) -> StepRecord:
+        attempts = tuple(Attempt.from_dict(json.loads(a["S"])) for a in item.get("attempts", {}).get("L", []))
+        return StepRecord(
+            execution_id=execution_id,
+            index=int(item["idx"]["N"]),
+            name=item["name"]["S"],
+            status=StepStatus(item["status"]["S"]),
+            attempts=attempts,
+            result=_json(item.get("result")),
+            error=_json(item.get("error")),
+            started_at=_num(item.get("started_at")),
+            finished_at=_num(item.get("finished_at")),
+        )
+
+    def _capacity(self) -> dict[str, str]:
+        return {"ReturnConsumedCapacity": self.return_consumed_capacity}
+
+    # ------------------------------------------------------------- executions
+
+    def create_execution(self, execution: Execution) -> None:
+        with mapped(f"table {self._table}"):
+            self._db.put_item(
+                TableName=self._table,
+                Item=self._item(execution),
+                ConditionExpression="attribute_not_exists(PK)",
+                **self._capacity(),
+            )
+
+    def get_execution(self, execution_id: str) -> Execution | None:
+        with mapped(f"table {self._table}"):
+            answer = self._db.get_item(
+                TableName=self._table,
+                Key={PK: _s(exec_pk(execution_id)), SK: _s(META_SK)},
+                ConsistentRead=True,
+                **self._capacity(),
+            )
+        item = answer.get("Item")
+        return None if item is None else self._execution(item)
+
+    def put_execution(self, execution: Execution, *, expected_version: int, expected_step: int) -> None:
+        with mapped(f"table {self._table}"):
+            self._db.put_item(
+                TableName=self._table,
+                Item=self._item(execution),
+                ConditionExpression="version = :v AND current_step = :s",
+                ExpressionAttributeValues={":v": _n(expected_version), ":s": _n(expected_step)},
+                **self._capacity(),
+            )
+
+    # ----------------------------------------------------------------- history
+
+    def commit_step(
+        self, execution_id: str, index: int, name: str, attempt: Attempt, result: dict[str, Any] | None
+    ) -> None:
+        with mapped(f"table {self._table}"):
+            self._db.update_item(
+                TableName=self._table,
+                Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
+                UpdateExpression=(
+                    "SET #s = :done, #r = :r, idx = :i, #n = :name, finished_at = :f, last_attempt = :a, "
+                    "started_at = if_not_exists(started_at, :st), "
+                    "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
+                ),
+                ConditionExpression="attribute_not_exists(#s) OR #s <> :done",
+                ExpressionAttributeNames={"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
+                ExpressionAttributeValues={
+                    ":done": _s(StepStatus.COMPLETED.value),
+                    ":r": _s(canonical_json(result)),
+                    ":i": _n(index),
+                    ":name": _s(name),
+                    ":f": _n(attempt.finished_at),
+                    ":st": _n(attempt.started_at),
+                    ":a": _n(attempt.attempt),
+                    ":empty": {"L": []},
+                    ":att": {"L": [_s(canonical_json(attempt.to_dict()))]},
+                },
+                **self._capacity(),
+            )
+
+    def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:
+        status = StepStatus.FAILED if final else StepStatus.RETRYING
+        values = {
+            ":status": _s(status.value),
+            ":done": _s(StepStatus.COMPLETED.value),
+            ":e": _s(canonical_json(attempt.error)),
+            ":i": _n(index),
+            ":name": _s(name),
+            ":a": _n(attempt.attempt),
+            ":st": _n(attempt.started_at),
+            ":empty": {"L": []},
+            ":att": {"L": [_s(canonical_json(attempt.to_dict()))]},
+        }
+        update = (
+            "SET #s = :status, #e = :e, idx = :i, #n = :name, last_attempt = :a, "
+            "started_at = if_not_exists(started_at, :st), "
+            "attempts = list_append(if_not_exists(attempts, :empty), :att)"
+        )
+        if final:
+            update += ", finished_at = :f"
+            values[":f"] = _n(attempt.finished_at)
+        try:
+            with mapped(f"table {self._table}"):
+                self._db.update_item(
+                    TableName=self._table,
+                    Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
+                    UpdateExpression=update,
+                    ConditionExpression=(
+                        "(attribute_not_exists(last_attempt) OR last_attempt < :a) "
+                        "AND (attribute_not_exists(#s) OR #s <> :done)"
+                    ),
+                    ExpressionAttributeNames={"#s": "status", "#e": "error", "#n": "name"},
+                    ExpressionAttributeValues=values,
+                    **self._capacity(),
+                )
+        except ConflictError:
+            return False
+        return True
+
+    def get_step(self, execution_id: str, index: int, name: str) -> StepRecord | None:
+        with mapped(f"table {self._table}"):
+            answer = self._db.get_item(
+                TableName=self._table,
+                Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
+                ConsistentRead=True,
+                **self._capacity(),
+            )
+        item = answer.get("Item")
+        return None if item is None else self._record(execution_id, item)
+
+    def history(self, execution_id: str) -> list[StepRecord]:
+        records: list[StepRecord] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
+            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s("STEP#")},
+            "ConsistentRead": True,
+        }
+        while True:
+            with mapped(f"table {self._table}"):
+                answer = self._db.query(**kwargs, **self._capacity())
+            records.extend(self._record(execution_id, item) for item in answer.get("Items", []))
+            if "LastEvaluatedKey" not in answer:
+                return records
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    # ------------------------------------------------------------------ queries
+
+    def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": GSI1,
+            "KeyConditionExpression": "GSI1PK = :p AND GSI1SK <= :now",
+            "ExpressionAttributeValues": {":p": _s(f"DUE#{shard}"), ":now": _n(now)},
+            "Limit": limit,
+        }
+        if cursor:
+            kwargs["ExclusiveStartKey"] = _decode_cursor(cursor)
+        with mapped(f"table {self._table} index {GSI1}"):
+            answer = self._db.query(**kwargs, **self._capacity())
+        ids = [item[PK]["S"].removeprefix("EXEC#") for item in answer.get("Items", [])]
+        last = answer.get("LastEvaluatedKey")
+        return ids, (_encode_cursor(last) if last else None)
+
+    def list_executions(
+        self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None
+    ) -> Page:
+        """Newest first from GSI2 (keys only: it is written once per execution),
+        then the summaries fetched by key and filtered."""
+        found: list[Execution] = []
+        start = _decode_cursor(cursor) if cursor else None
+        next_cursor: str | None = None
+        for _ in range(20):  # bounded work per call; the cursor resumes it
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": GSI2,
+                "KeyConditionExpression": "GSI2PK = :p",
+                "ExpressionAttributeValues": {":p": _s(LIST_PARTITION)},
+                "ScanIndexForward": False,
+                "Limit": min(100, max(limit, 10)),
+            }
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            with mapped(f"table {self._table} index {GSI2}"):
+                answer = self._db.query(**kwargs, **self._capacity())
+            keys = answer.get("Items", [])
+            summaries = self._summaries(keys)
+            for key in keys:
+                ex = summaries.get(key[PK]["S"])
+                if ex is None:
+                    continue
+                if (status is None or ex.status.value == status) and (workflow is None or ex.workflow == workflow):
+                    found.append(ex)
+                if len(found) >= limit:
+                    next_cursor = _encode_cursor({k: key[k] for k in (PK, SK, GSI2PK, GSI2SK)})
+                    return Page(found, next_cursor)
+            last = answer.get("LastEvaluatedKey")
+            if not last:
+                return Page(found, None)
+            start = last
+        return Page(found, _encode_cursor(start) if start else None)
+
+    def _summaries(self, keys: Iterable[dict[str, Any]]) -> dict[str, Execution]:
+        wanted = [{PK: k[PK], SK: k[SK]} for k in keys]
+        out: dict[str, Execution] = {}
+        while wanted:
+            chunk, wanted = wanted[:100], wanted[100:]
+            request = {
+                self._table: {
+                    "Keys": chunk,
+                    "ProjectionExpression": ", ".join(SUMMARY_ATTRIBUTES),
+                    "ExpressionAttributeNames": {"#s": "status", "#e": "error"},
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                with mapped(f"table {self._table}"):
+                    answer = self._db.batch_get_item(RequestItems=request)
+                for item in answer.get("Responses", {}).get(self._table, []):
+                    out[item[PK]["S"]] = self._execution(item)
+                request = answer.get("UnprocessedKeys") or {}
+        return out
+
+
+def _encode_cursor(key: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> dict[str, Any]:
+    try:
+        key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput("cursor is not one this API returned") from exc
+    if not isinstance(key, dict):
+        raise InvalidInput("cursor is not one this API returned")
+    return key

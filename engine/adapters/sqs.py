@@ -1,0 +1,51 @@
+"""The step queue and its dead-letter queue behind ``engine.ports.Queue``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from engine.adapters.aws_errors import mapped
+from engine.errors import TransientError
+from engine.limits import SQS_MESSAGE_LIMIT, check_message
+from engine.messages import StepMessage
+
+
+class SqsQueue:
+    def __init__(self, client: Any, queue_url: str, dlq_url: str) -> None:
+        self._sqs = client
+        self.queue_url = queue_url
+        self.dlq_url = dlq_url
+
+    def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
+        with mapped(f"queue {self.queue_url}"):
+            self._sqs.send_message(
+                QueueUrl=self.queue_url, MessageBody=message.encode(), DelaySeconds=max(0, min(900, delay_seconds))
+            )
+
+    def send_many(self, messages: Sequence[StepMessage]) -> None:
+        for start in range(0, len(messages), 10):  # SendMessageBatch takes ten at most
+            chunk = messages[start : start + 10]
+            entries = [{"Id": str(i), "MessageBody": m.encode()} for i, m in enumerate(chunk)]
+            with mapped(f"queue {self.queue_url}"):
+                answer = self._sqs.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            failed = answer.get("Failed") or []
+            if failed:
+                raise TransientError(f"{len(failed)} of {len(entries)} messages were not sent: {failed[0]}")
+
+    def send_dead_letter(self, body: dict[str, Any]) -> None:
+        text = json.dumps(body, separators=(",", ":"), default=str)
+        if len(text.encode()) > SQS_MESSAGE_LIMIT:
+            # Keep what identifies the execution; the full error is on the execution item.
+            body = {k: v for k, v in body.items() if k != "body"} | {"truncated": True}
+            text = json.dumps(body, separators=(",", ":"), default=str)[: SQS_MESSAGE_LIMIT - 1024]
+        check_message(text)
+        with mapped(f"queue {self.dlq_url}"):
+            self._sqs.send_message(QueueUrl=self.dlq_url, MessageBody=text)
+
+    def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
+        with mapped(f"queue {self.queue_url}"):
+            self._sqs.change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_seconds
+            )

@@ -1,0 +1,41 @@
+"""Engine settings. Handlers build this from environment variables; the engine never reads them."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from engine.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # GSI1 partitions the due index into this many shards (DUE#0..DUE#n-1).
+    shards: int = 4
+    # Longest a step may run unobserved; must exceed the worker's timeout. A RUNNING
+    # execution's next_wake_at is kept between lease and 2 * lease ahead.
+    lease_seconds: float = 120.0
+    # SQS DelaySeconds stops at 15 minutes; longer waits belong to the sweeper.
+    max_sqs_delay: int = 900
+    # Run the next step in the same invocation instead of a queue round trip.
+    chain: bool = True
+    # Stop chaining when the invocation has less than this left.
+    chain_reserve_seconds: float = 10.0
+    # A message may arrive this much before its ready time and still run.
+    early_tolerance: float = 1.0
+    # Executions one sweep call may re-drive, and the page size of its queries.
+    sweep_limit: int = 500
+    sweep_page: int = 100
+
+    def __post_init__(self) -> None:
+        if self.shards < 1 or self.shards > 1000:
+            raise InvalidInput("shards must be between 1 and 1000")
+        if self.lease_seconds <= 0:
+            raise InvalidInput("lease_seconds must be positive")
+        if not 0 <= self.max_sqs_delay <= 900:
+            raise InvalidInput("max_sqs_delay must be between 0 and 900")
+
+
+def shard_of(execution_id: str, shards: int) -> int:
+    """Stable across processes (unlike ``hash``), so every writer picks the same shard."""
+    return zlib.crc32(execution_id.encode("utf-8")) % shards

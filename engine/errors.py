@@ -1,0 +1,128 @@
+"""Every error Loom raises, in one stdlib-only module.
+
+Adapters translate AWS errors into these (``raise ... from exc``) so that the
+engine, the handlers and the CLI never look at botocore error codes.
+"""
+
+from __future__ import annotations
+
+
+class LoomError(Exception):
+    """Base of every Loom error. ``code`` is stable and goes into API answers."""
+
+    code = "loom_error"
+
+    def __init__(self, message: str = "", **details: object) -> None:
+        super().__init__(message or self.__class__.__doc__ or self.code)
+        self.message = message or (self.__class__.__doc__ or self.code).strip()
+        self.details = details
+
+
+# --- bad input: the caller's fault, nothing written -------------------------
+
+
+class InvalidInput(LoomError):
+    """The request or its payload is malformed."""
+
+    code = "invalid_input"
+
+
+class InvalidExecutionId(InvalidInput):
+    """Execution ids are 1 to 128 characters of letters, digits, '-' and '_'."""
+
+    code = "invalid_execution_id"
+
+
+class UnknownWorkflow(InvalidInput):
+    """No workflow is registered under that name."""
+
+    code = "unknown_workflow"
+
+
+class PayloadTooLarge(InvalidInput):
+    """A payload would exceed an AWS size limit (DynamoDB item 400 KB, SQS message 256 KB)."""
+
+    code = "payload_too_large"
+
+
+class MalformedMessage(InvalidInput):
+    """A queue message is not a Loom step message."""
+
+    code = "malformed_message"
+
+
+class WorkflowDefinitionError(LoomError):
+    """A workflow definition is invalid (raised at import/registration time)."""
+
+    code = "invalid_workflow_definition"
+
+
+# --- state conflicts ---------------------------------------------------------
+
+
+class ConflictError(LoomError):
+    """A conditional write lost: someone else moved the item first."""
+
+    code = "conflict"
+
+
+class ExecutionAlreadyExists(ConflictError):
+    """An execution with this id exists with a different input."""
+
+    code = "execution_exists"
+
+
+class ExecutionNotFound(LoomError):
+    """No execution with this id."""
+
+    code = "execution_not_found"
+
+
+class AlreadyTerminal(ConflictError):
+    """The execution already finished (COMPLETED, FAILED or CANCELLED)."""
+
+    code = "already_terminal"
+
+
+class NotFailed(ConflictError):
+    """Only a FAILED execution can be re-driven."""
+
+    code = "not_failed"
+
+
+# --- infrastructure ----------------------------------------------------------
+
+
+class TransientError(LoomError):
+    """A dependency failed in a way worth retrying (throttling, timeouts, 5xx)."""
+
+    code = "transient"
+
+
+class ResourceMissing(LoomError):
+    """A table or queue Loom was configured with does not exist."""
+
+    code = "resource_missing"
+
+
+# --- raised by user steps ----------------------------------------------------
+
+
+class NonRetryableError(Exception):
+    """Raise from a step to fail it at once, whatever the retry policy says."""
+
+
+class StepTimeout(Exception):
+    """The step outlived its deadline."""
+
+
+class WorkerLost(Exception):
+    """The worker died while this attempt ran; the attempt counts as failed."""
+
+
+class ResultTooLarge(NonRetryableError):
+    """The step's result would push the execution over DynamoDB's 400 KB item limit."""
+
+
+class InvalidResult(NonRetryableError):
+    """A step must return a JSON-serialisable dict or None."""

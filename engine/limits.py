@@ -1,0 +1,51 @@
+"""AWS size limits, checked before they bite."""
+
+from __future__ import annotations
+
+import re
+
+from engine.errors import InvalidExecutionId, PayloadTooLarge
+
+DYNAMODB_ITEM_LIMIT = 400 * 1024
+SQS_MESSAGE_LIMIT = 256 * 1024
+# Room for the attributes around the JSON documents (keys, status, timestamps...).
+ITEM_OVERHEAD_RESERVE = 2 * 1024
+ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def check_execution_id(execution_id: object) -> str:
+    if not isinstance(execution_id, str) or not ID_RE.match(execution_id):
+        raise InvalidExecutionId(
+            "execution id must be 1 to 128 characters of letters, digits, '-' and '_'",
+            execution_id=str(execution_id)[:140],
+        )
+    return execution_id
+
+
+def meta_item_size(input_json: str, context_json: str, error_json: str = "") -> int:
+    """Upper bound of the execution item's size: both JSON documents plus a fixed reserve."""
+    return utf8_len(input_json) + utf8_len(context_json) + utf8_len(error_json) + ITEM_OVERHEAD_RESERVE
+
+
+def check_item(size: int, what: str) -> None:
+    if size > DYNAMODB_ITEM_LIMIT:
+        raise PayloadTooLarge(
+            f"{what} would make a DynamoDB item of about {size} bytes, "
+            f"over the {DYNAMODB_ITEM_LIMIT}-byte (400 KB) item limit",
+            size=size,
+            limit=DYNAMODB_ITEM_LIMIT,
+        )
+
+
+def check_message(body: str) -> None:
+    size = utf8_len(body)
+    if size > SQS_MESSAGE_LIMIT:
+        raise PayloadTooLarge(
+            f"queue message of {size} bytes is over the {SQS_MESSAGE_LIMIT}-byte (256 KB) SQS limit",
+            size=size,
+            limit=SQS_MESSAGE_LIMIT,
+        )

@@ -1,0 +1,57 @@
+"""The step message: a pointer to (execution, step, attempt), never the state itself."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.errors import MalformedMessage
+from engine.limits import check_execution_id, check_message
+
+Kind = Literal["step", "retry", "redrive", "wake"]
+KINDS: tuple[str, ...] = ("step", "retry", "redrive", "wake")
+
+
+@dataclass(frozen=True)
+class StepMessage:
+    execution_id: str
+    step: int
+    attempt: int = 1
+    kind: Kind = "step"
+
+    def encode(self) -> str:
+        body = json.dumps(
+            {"v": 1, "execution_id": self.execution_id, "step": self.step, "attempt": self.attempt, "kind": self.kind},
+            separators=(",", ":"),
+        )
+        check_message(body)
+        return body
+
+    @property
+    def needs_guard(self) -> bool:
+        """Messages that exist because something may have gone wrong before."""
+        return self.kind in ("retry", "redrive")
+
+    @classmethod
+    def decode(cls, body: str) -> StepMessage:
+        try:
+            data: Any = json.loads(body)
+        except (TypeError, ValueError) as exc:
+            raise MalformedMessage(f"message body is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise MalformedMessage("message body is not a JSON object")
+        try:
+            execution_id = check_execution_id(data["execution_id"])
+            step, attempt, kind = data["step"], data.get("attempt", 1), data.get("kind", "step")
+        except KeyError as exc:
+            raise MalformedMessage(f"message has no {exc.args[0]!r}") from exc
+        except Exception as exc:
+            raise MalformedMessage(str(exc)) from exc
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise MalformedMessage("message 'step' must be a non-negative integer")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+            raise MalformedMessage("message 'attempt' must be a positive integer")
+        if kind not in KINDS:
+            raise MalformedMessage(f"message 'kind' must be one of {KINDS}")
+        return cls(execution_id=execution_id, step=step, attempt=attempt, kind=kind)

@@ -1,0 +1,73 @@
+"""The engine's ports: what it needs from storage, the queue and fault injection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.messages import StepMessage
+from engine.state import Attempt, Execution, StepRecord
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Execution]
+    cursor: str | None
+
+
+class Store(Protocol):
+    """Conditional persistence. Every lost condition raises ``ConflictError``."""
+
+    def create_execution(self, execution: Execution) -> None:
+        """Insert; ``ConflictError`` if the id exists."""
+
+    def get_execution(self, execution_id: str) -> Execution | None: ...
+
+    def put_execution(self, execution: Execution, *, expected_version: int, expected_step: int) -> None:
+        """Replace, only if the stored item is still at (expected_step, expected_version)."""
+
+    def commit_step(
+        self, execution_id: str, index: int, name: str, attempt: Attempt, result: dict[str, Any] | None
+    ) -> None:
+        """Record the step COMPLETED with its result; ``ConflictError`` if it already is."""
+
+    def record_failure(
+        self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool
+    ) -> bool:
+        """Append a failed attempt; False if that attempt number was already recorded."""
+
+    def get_step(self, execution_id: str, index: int, name: str) -> StepRecord | None: ...
+
+    def history(self, execution_id: str) -> list[StepRecord]: ...
+
+    def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
+        """Ids of executions in ``shard`` whose next_wake_at <= now, oldest first."""
+
+    def list_executions(
+        self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None
+    ) -> Page: ...
+
+
+class Queue(Protocol):
+    def send(self, message: StepMessage, delay_seconds: int = 0) -> None: ...
+
+    def send_many(self, messages: Sequence[StepMessage]) -> None: ...
+
+    def send_dead_letter(self, body: dict[str, Any]) -> None: ...
+
+    def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None: ...
+
+
+class Faults(Protocol):
+    """Named points where chaos tests may crash the worker. Inert in production."""
+
+    def point(self, name: str, **info: Any) -> None: ...
+
+
+class NoFaults:
+    def point(self, name: str, **info: Any) -> None:
+        return None
+
+
+FAULT_POINTS = ("before_step", "after_step", "after_checkpoint", "after_enqueue")

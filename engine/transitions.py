@@ -1,0 +1,119 @@
+"""Pure state transitions: an execution and an outcome in, the next execution out.
+
+Nothing here performs I/O; ``engine.runtime`` writes what these return with a
+condition on the version they started from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.messages import StepMessage
+from engine.state import Execution, Status
+from engine.workflow import SleepSpec, WorkflowSpec
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What to do once the new state is durable."""
+
+    run_next: StepMessage | None = None  # runnable now: chain it or enqueue it
+    delayed: tuple[StepMessage, int] | None = None  # enqueue with DelaySeconds
+
+
+def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | None = None) -> float:
+    """next_wake_at for a RUNNING execution.
+
+    Keeping an unexpired lease means no write to the due index on most steps.
+    """
+    start = now if base is None else max(now, base)
+    if ex is not None and ex.next_wake_at is not None and base is None:
+        if ex.status is Status.RUNNING and ex.next_wake_at - now >= cfg.lease_seconds:
+            return ex.next_wake_at
+    return start + 2 * cfg.lease_seconds
+
+
+def merge_context(context: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any]:
+    return {**context, **(result or {})}
+
+
+def after_step(
+    ex: Execution, spec: WorkflowSpec, result: dict[str, Any] | None, now: float, cfg: EngineConfig
+) -> tuple[Execution, Effects]:
+    """Step ``ex.current_step`` (a step or a finished sleep) is committed: move on."""
+    context = merge_context(ex.context, result)
+    nxt = ex.current_step + 1
+    common = {"context": context, "attempt": 1, "attempt_base": 0, "started_attempt": 0, "ready_at": None}
+    if nxt >= len(spec.steps):
+        return ex.evolve(now, status=Status.COMPLETED, current_step=nxt, next_wake_at=None, **common), Effects()
+    following = spec.steps[nxt]
+    if isinstance(following, SleepSpec):
+        wake_at = now + following.seconds
+        new = ex.evolve(now, status=Status.SLEEPING, current_step=nxt, next_wake_at=wake_at, **common)
+        delayed = None
+        if following.seconds <= cfg.max_sqs_delay:
+            delayed = (StepMessage(ex.id, nxt, 1, "wake"), math.ceil(following.seconds))
+        return new, Effects(delayed=delayed)
+    new = ex.evolve(now, status=Status.RUNNING, current_step=nxt, next_wake_at=lease(ex, now, cfg), **common)
+    return new, Effects(run_next=StepMessage(ex.id, nxt, 1, "step"))
+
+
+def start_state(ex: Execution, spec: WorkflowSpec, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """The first state of a new execution (version 1)."""
+    first = spec.steps[0]
+    if isinstance(first, SleepSpec):
+        wake_at = ex.created_at + first.seconds
+        new = replace(ex, status=Status.SLEEPING, next_wake_at=wake_at)
+        delayed = (StepMessage(ex.id, 0, 1, "wake"), math.ceil(first.seconds)) if first.seconds <= cfg.max_sqs_delay else None
+        return new, Effects(delayed=delayed)
+    new = replace(ex, status=Status.RUNNING, next_wake_at=lease(None, ex.created_at, cfg))
+    return new, Effects(run_next=StepMessage(ex.id, 0, 1, "step"))
+
+
+def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """Schedule the next attempt ``delay`` seconds from now."""
+    ready = now + delay
+    message = StepMessage(ex.id, ex.current_step, ex.attempt + 1, "retry")
+    if delay <= cfg.max_sqs_delay:
+        # The delayed message runs it; the lease covers that message being lost.
+        new = ex.evolve(now, attempt=ex.attempt + 1, started_attempt=0, ready_at=ready, next_wake_at=lease(None, now, cfg, base=ready))
+        return new, Effects(delayed=(message, math.ceil(delay)))
+    # Too far for SQS: the sweeper re-drives it at ready time.
+    new = ex.evolve(now, attempt=ex.attempt + 1, started_attempt=0, ready_at=ready, next_wake_at=ready)
+    return new, Effects()
+
+
+def failed_state(ex: Execution, error: dict[str, Any], now: float) -> Execution:
+    return ex.evolve(now, status=Status.FAILED, error=error, next_wake_at=None, ready_at=None, started_attempt=0)
+
+
+def cancelled_state(ex: Execution, now: float) -> Execution:
+    return ex.evolve(now, status=Status.CANCELLED, next_wake_at=None, ready_at=None, started_attempt=0)
+
+
+def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """Record the current attempt as started before it runs."""
+    return ex.evolve(now, started_attempt=ex.attempt, next_wake_at=lease(ex, now, cfg))
+
+
+def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """The sweeper takes over a RUNNING execution whose wake time has passed."""
+    return ex.evolve(now, next_wake_at=lease(None, now, cfg))
+
+
+def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """A FAILED execution gets a fresh round of attempts at the step that failed."""
+    return ex.evolve(
+        now,
+        status=Status.RUNNING,
+        error=None,
+        attempt=ex.attempt + 1,
+        attempt_base=ex.attempt,
+        started_attempt=0,
+        ready_at=None,
+        next_wake_at=lease(None, now, cfg),
+    )
+

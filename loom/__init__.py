@@ -1,0 +1,1 @@
+"""The Loom kit: CLI, local stack, and the tooling around the engine."""
