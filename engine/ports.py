@@ -32,9 +32,7 @@ class Store(Protocol):
     ) -> None:
         """Record the step COMPLETED with its result; ``ConflictError`` if it already is."""
 
-    def record_failure(
-        self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool
-    ) -> bool:
+    def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:
         """Append a failed attempt; False if that attempt number was already recorded."""
 
     def get_step(self, execution_id: str, index: int, name: str) -> StepRecord | None: ...
@@ -44,9 +42,7 @@ class Store(Protocol):
     def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
         """Ids of executions in ``shard`` whose next_wake_at <= now, oldest first."""
 
-    def list_executions(
-        self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None
-    ) -> Page: ...
+    def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page: ...
 
 
 class Queue(Protocol):

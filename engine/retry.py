@@ -69,9 +69,7 @@ def backoff(policy: RetryPolicy, attempt: int, rng: random.Random) -> float:
     return ceiling
 
 
-def decide(
-    policy: RetryPolicy, error: BaseException, attempt: int, rng: random.Random
-) -> RetryDecision:
+def decide(policy: RetryPolicy, error: BaseException, attempt: int, rng: random.Random) -> RetryDecision:
     """Whether and when to run attempt ``attempt + 1`` after ``error``."""
     if isinstance(error, NonRetryableError):
         return RetryDecision.give_up("non_retryable")

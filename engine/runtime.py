@@ -75,9 +75,7 @@ class Engine:
 
     # ------------------------------------------------------------------ control
 
-    def start(
-        self, workflow: str, input: Any, execution_id: str | None = None
-    ) -> tuple[Execution, bool]:
+    def start(self, workflow: str, input: Any, execution_id: str | None = None) -> tuple[Execution, bool]:
         """Start an execution; idempotent on ``execution_id``. Returns (execution, created)."""
         spec = self.registry.get(workflow)
         if execution_id is None:
@@ -95,8 +93,15 @@ class Engine:
         input = json.loads(input_json)
         now = self.clock.now()
         draft = Execution(
-            id=execution_id, workflow=workflow, status=Status.RUNNING, current_step=0, version=1,
-            input=input, context=dict(input), created_at=now, updated_at=now,
+            id=execution_id,
+            workflow=workflow,
+            status=Status.RUNNING,
+            current_step=0,
+            version=1,
+            input=input,
+            context=dict(input),
+            created_at=now,
+            updated_at=now,
         )
         ex, effects = tr.start_state(draft, spec, self.config)
         try:
@@ -212,8 +217,11 @@ class Engine:
             return self._wake(ex)
         if ex.status is not Status.RUNNING or ex.current_step != msg.step or ex.attempt != msg.attempt:
             log.info(
-                "message.stale", kind=msg.kind, status=ex.status.value,
-                current_step=ex.current_step, current_attempt=ex.attempt,
+                "message.stale",
+                kind=msg.kind,
+                status=ex.status.value,
+                current_step=ex.current_step,
+                current_attempt=ex.attempt,
             )
             return "stale", 0, none
         if ex.ready_at is not None and now + self.config.early_tolerance < ex.ready_at:
@@ -253,8 +261,13 @@ class Engine:
     def _run_step(self, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> tuple[str, int, tr.Effects]:
         log = self._log(ex).bind(step_name=st.name)
         ctx = StepContext(
-            execution_id=ex.id, workflow=ex.workflow, step_index=ex.current_step, step_name=st.name,
-            attempt=ex.attempt, data=MappingProxyType(json.loads(canonical_json(ex.context))), log=log,
+            execution_id=ex.id,
+            workflow=ex.workflow,
+            step_index=ex.current_step,
+            step_name=st.name,
+            attempt=ex.attempt,
+            data=MappingProxyType(json.loads(canonical_json(ex.context))),
+            log=log,
             services=self.services,
         )
         self.faults.point("before_step", execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
@@ -262,7 +275,7 @@ class Engine:
         log.info("step.started")
         try:
             result = st.fn(ctx)
-            result, result_json = self._check_result(ex, result)
+            result = self._check_result(ex, result)
         except Exception as exc:
             return self._fail_attempt(ex, spec, st, exc, started_at=started, outcome="failed")
         self.faults.point("after_step", execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
@@ -279,7 +292,7 @@ class Engine:
         log.info("step.completed", duration_ms=round((finished - started) * 1000, 1))
         return self._advance(ex, spec, result, ran=1)
 
-    def _check_result(self, ex: Execution, result: Any) -> tuple[dict[str, Any] | None, str]:
+    def _check_result(self, ex: Execution, result: Any) -> dict[str, Any] | None:
         if result is not None and not isinstance(result, dict):
             raise InvalidResult(f"a step must return a dict or None, not {type(result).__name__}")
         try:
@@ -293,7 +306,7 @@ class Engine:
             check_item(size, "the step's result")
         except LoomError as exc:
             raise ResultTooLarge(exc.message) from exc
-        return result, result_json
+        return result
 
     def _advance(
         self, ex: Execution, spec: WorkflowSpec, result: dict[str, Any] | None, *, ran: int
@@ -347,7 +360,12 @@ class Engine:
         except ConflictError:
             log.info("step.retry_lost")
             return "stale", ran, tr.Effects()
-        log.info("step.retry_scheduled", error=info, delay=round(decision.delay, 3), via="queue" if effects.delayed else "sweeper")
+        log.info(
+            "step.retry_scheduled",
+            error=info,
+            delay=round(decision.delay, 3),
+            via="queue" if effects.delayed else "sweeper",
+        )
         self.faults.point(
             "after_checkpoint", execution_id=ex.id, step=ex.current_step, attempt=ex.attempt, input=ex.input
         )
@@ -357,7 +375,13 @@ class Engine:
         self, ex: Execution, error: BaseException, *, st_name: str | None, reason: str = "", ran: int = 0
     ) -> tuple[str, int, tr.Effects]:
         now = self.clock.now()
-        info = {**error_info(error), "step": ex.current_step, "step_name": st_name, "attempt": ex.attempt, "reason": reason}
+        info = {
+            **error_info(error),
+            "step": ex.current_step,
+            "step_name": st_name,
+            "attempt": ex.attempt,
+            "reason": reason,
+        }
         # Dead-letter first: a crash before the state write re-runs this path and at
         # worst parks the execution twice; the other order could lose it.
         self.queue.send_dead_letter(
@@ -412,7 +436,9 @@ class Engine:
         log = self._log(ex)
         try:
             if ex.terminal:  # should not be indexed; clean it up
-                self.store.put_execution(ex.evolve(now, next_wake_at=None), expected_version=ex.version, expected_step=ex.current_step)
+                self.store.put_execution(
+                    ex.evolve(now, next_wake_at=None), expected_version=ex.version, expected_step=ex.current_step
+                )
                 return "skipped", None
             if ex.status is Status.SLEEPING:
                 status, _, effects = self._wake(ex)

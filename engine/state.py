@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     RUNNING = "RUNNING"
     SLEEPING = "SLEEPING"
     COMPLETED = "COMPLETED"
@@ -23,7 +23,7 @@ class Status(str, Enum):
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 
 
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     RUNNING = "RUNNING"
     RETRYING = "RETRYING"
     COMPLETED = "COMPLETED"

@@ -30,9 +30,14 @@ def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | Non
     Keeping an unexpired lease means no write to the due index on most steps.
     """
     start = now if base is None else max(now, base)
-    if ex is not None and ex.next_wake_at is not None and base is None:
-        if ex.status is Status.RUNNING and ex.next_wake_at - now >= cfg.lease_seconds:
-            return ex.next_wake_at
+    if (
+        ex is not None
+        and base is None
+        and ex.status is Status.RUNNING
+        and ex.next_wake_at is not None
+        and ex.next_wake_at - now >= cfg.lease_seconds
+    ):
+        return ex.next_wake_at
     return start + 2 * cfg.lease_seconds
 
 
@@ -67,7 +72,9 @@ def start_state(ex: Execution, spec: WorkflowSpec, cfg: EngineConfig) -> tuple[E
     if isinstance(first, SleepSpec):
         wake_at = ex.created_at + first.seconds
         new = replace(ex, status=Status.SLEEPING, next_wake_at=wake_at)
-        delayed = (StepMessage(ex.id, 0, 1, "wake"), math.ceil(first.seconds)) if first.seconds <= cfg.max_sqs_delay else None
+        delayed = (
+            (StepMessage(ex.id, 0, 1, "wake"), math.ceil(first.seconds)) if first.seconds <= cfg.max_sqs_delay else None
+        )
         return new, Effects(delayed=delayed)
     new = replace(ex, status=Status.RUNNING, next_wake_at=lease(None, ex.created_at, cfg))
     return new, Effects(run_next=StepMessage(ex.id, 0, 1, "step"))
@@ -79,7 +86,13 @@ def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> t
     message = StepMessage(ex.id, ex.current_step, ex.attempt + 1, "retry")
     if delay <= cfg.max_sqs_delay:
         # The delayed message runs it; the lease covers that message being lost.
-        new = ex.evolve(now, attempt=ex.attempt + 1, started_attempt=0, ready_at=ready, next_wake_at=lease(None, now, cfg, base=ready))
+        new = ex.evolve(
+            now,
+            attempt=ex.attempt + 1,
+            started_attempt=0,
+            ready_at=ready,
+            next_wake_at=lease(None, now, cfg, base=ready),
+        )
         return new, Effects(delayed=(message, math.ceil(delay)))
     # Too far for SQS: the sweeper re-drives it at ready time.
     new = ex.evolve(now, attempt=ex.attempt + 1, started_attempt=0, ready_at=ready, next_wake_at=ready)
@@ -116,4 +129,3 @@ def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
         ready_at=None,
         next_wake_at=lease(None, now, cfg),
     )
-

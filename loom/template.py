@@ -39,7 +39,7 @@ _CfnLoader.add_multi_constructor("!", _tag)
 
 def load(path: Path | str = TEMPLATE) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
-        return yaml.load(fh, Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+        return yaml.load(fh, Loader=_CfnLoader)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Template:
         ``"Logical.Attr"`` to attribute values.
         """
         if isinstance(value, dict) and len(value) == 1:
-            (key, arg), = value.items()
+            ((key, arg),) = value.items()
             if key == "Ref":
                 if arg not in refs:
                     raise KeyError(f"template reference {arg!r} has no local value")
@@ -116,7 +116,7 @@ class Template:
 
     def condition(self, name: str, refs: dict[str, Any]) -> bool:
         expr = self.doc.get("Conditions", {})[name]
-        (key, arg), = expr.items()
+        ((key, arg),) = expr.items()
         if key == "Fn::Equals":
             a, b = (self.resolve(x, refs) for x in arg)
             return str(a) == str(b)
@@ -154,8 +154,14 @@ def create_resources(
         name = props["TableName"]
         kwargs = {
             k: props[k]
-            for k in ("TableName", "AttributeDefinitions", "KeySchema", "GlobalSecondaryIndexes", "BillingMode",
-                      "ProvisionedThroughput")
+            for k in (
+                "TableName",
+                "AttributeDefinitions",
+                "KeySchema",
+                "GlobalSecondaryIndexes",
+                "BillingMode",
+                "ProvisionedThroughput",
+            )
             if k in props
         }
         try:

@@ -82,9 +82,18 @@ def flaky_charge(ctx: StepContext) -> dict[str, Any]:
     knobs = dict(ctx.data.get("chaos") or {})
     knobs.setdefault("fail", {}).setdefault("flaky_charge", int(ctx.data.get("fail_first", 2)))
     return _effect(
-        StepContext(ctx.execution_id, ctx.workflow, ctx.step_index, ctx.step_name, ctx.attempt,
-                    {**ctx.data, "chaos": knobs}, ctx.log, ctx.services),
-        "charge", amount=ctx.data.get("amount", 0),
+        StepContext(
+            ctx.execution_id,
+            ctx.workflow,
+            ctx.step_index,
+            ctx.step_name,
+            ctx.attempt,
+            {**ctx.data, "chaos": knobs},
+            ctx.log,
+            ctx.services,
+        ),
+        "charge",
+        amount=ctx.data.get("amount", 0),
     )
 
 

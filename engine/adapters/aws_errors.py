@@ -23,9 +23,7 @@ TRANSIENT_CODES = frozenset(
         "AWS.SimpleQueueService.RequestThrottled",
     }
 )
-MISSING_CODES = frozenset(
-    {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
-)
+MISSING_CODES = frozenset({"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
 def error_code(exc: ClientError) -> str:

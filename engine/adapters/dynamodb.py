@@ -21,8 +21,20 @@ GSI2, GSI2PK, GSI2SK = "GSI2", "GSI2PK", "GSI2SK"
 LIST_PARTITION = "EXECUTIONS"
 KEY_ATTRIBUTES = {PK: "S", SK: "S", GSI1PK: "S", GSI1SK: "N", GSI2PK: "S", GSI2SK: "S"}
 SUMMARY_ATTRIBUTES = [
-    PK, "id", "workflow", "#s", "current_step", "version", "created_at", "updated_at",
-    "next_wake_at", "attempt", "attempt_base", "started_attempt", "ready_at", "#e",
+    PK,
+    "id",
+    "workflow",
+    "#s",
+    "current_step",
+    "version",
+    "created_at",
+    "updated_at",
+    "next_wake_at",
+    "attempt",
+    "attempt_base",
+    "started_attempt",
+    "ready_at",
+    "#e",
 ]
 
 
@@ -275,9 +287,7 @@ class DynamoStore:
         last = answer.get("LastEvaluatedKey")
         return ids, (_encode_cursor(last) if last else None)
 
-    def list_executions(
-        self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None
-    ) -> Page:
+    def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page:
         """Newest first from GSI2 (keys only: it is written once per execution),
         then the summaries fetched by key and filtered."""
         found: list[Execution] = []

@@ -32,8 +32,10 @@ class DynamoLedger:
         except ConflictError:
             with mapped(f"table {self._table}"):
                 self._db.update_item(
-                    TableName=self._table, Key=self._key(key),
-                    UpdateExpression="ADD duplicates :one", ExpressionAttributeValues={":one": {"N": "1"}},
+                    TableName=self._table,
+                    Key=self._key(key),
+                    UpdateExpression="ADD duplicates :one",
+                    ExpressionAttributeValues={":one": {"N": "1"}},
                 )
             return False
         return True

@@ -1,0 +1,1 @@
+"""Lambda handlers. The only code that reads environment variables."""

@@ -1,0 +1,95 @@
+"""Builds the engine from Settings, once per process (Lambda keeps it warm)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from engine import Engine, OffsetClock, SystemClock, default_registry
+from engine.adapters.dynamodb import DynamoStore
+from engine.adapters.ledger import DynamoLedger
+from engine.adapters.sqs import SqsQueue
+from engine.clock import Clock
+from engine.log import configure
+from engine.ports import NoFaults
+from functions.faults import CrashAfterCheckpoint
+from functions.settings import Settings
+
+# Throttling is retried by botocore itself, with backoff, before Loom sees an error.
+BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=30)
+
+_lock = threading.Lock()
+_cache: dict[Settings, Engine] = {}
+
+
+class FileOffsetClock(OffsetClock):
+    """Local time travel: real time plus the seconds written in a file by ``loom time``."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._mtime = -1.0
+        self._value = 0.0
+        super().__init__(self._read)
+
+    def _read(self) -> float:
+        try:
+            mtime = os.stat(self._path).st_mtime
+        except FileNotFoundError:
+            return 0.0
+        if mtime != self._mtime:
+            try:
+                with open(self._path, encoding="utf-8") as fh:
+                    self._value = float(fh.read().strip() or 0)
+            except (OSError, ValueError):
+                return self._value
+            self._mtime = mtime
+        return self._value
+
+
+def clock_for(settings: Settings) -> Clock:
+    return FileOffsetClock(settings.clock_offset_file) if settings.clock_offset_file else SystemClock()
+
+
+def load_workflows(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
+def session() -> Any:
+    # boto3 honours AWS_ENDPOINT_URL (and the per-service variants) by itself.
+    return boto3.session.Session()
+
+
+def engine(settings: Settings | None = None) -> Engine:
+    settings = settings or Settings.from_env()
+    with _lock:
+        cached = _cache.get(settings)
+        if cached is not None:
+            return cached
+        configure(settings.log_level)
+        load_workflows(settings.workflow_modules)
+        s = session()
+        ddb = s.client("dynamodb", config=BOTO_CONFIG)
+        sqs = s.client("sqs", config=BOTO_CONFIG)
+        built = Engine(
+            registry=default_registry,
+            store=DynamoStore(ddb, settings.table_name, settings.shards),
+            queue=SqsQueue(sqs, settings.queue_url, settings.dlq_url),
+            clock=clock_for(settings),
+            config=settings.engine_config(),
+            faults=CrashAfterCheckpoint() if settings.chaos_crash_after_checkpoint else NoFaults(),
+            services={"ledger": DynamoLedger(ddb, settings.table_name)},
+        )
+        _cache[settings] = built
+        return built
+
+
+def reset() -> None:
+    """Forget built engines (tests that change the environment)."""
+    with _lock:
+        _cache.clear()

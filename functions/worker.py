@@ -1,0 +1,27 @@
+"""Worker: SQS step queue -> engine.process_batch -> partial batch response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import process_batch
+from functions import wiring
+from functions.settings import Settings
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    settings = Settings.from_env()
+    engine = wiring.engine(settings)
+    remaining = None
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+
+        def remaining() -> float:
+            return context.get_remaining_time_in_millis() / 1000.0
+
+    return process_batch(
+        engine,
+        event,
+        remaining=remaining,
+        heartbeat_interval=settings.heartbeat_seconds,
+        visibility_timeout=settings.visibility_timeout,
+    )

@@ -1,0 +1,72 @@
+"""Shared fixtures: fake credentials, moto with the template's resources, engines."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from engine import Engine, EngineConfig, FakeClock, Registry, default_registry
+from engine.adapters.dynamodb import DynamoStore
+from engine.adapters.ledger import DynamoLedger
+from engine.adapters.sqs import SqsQueue
+from engine.log import configure
+from loom.template import create_resources
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(autouse=True)
+def _fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never reach a real account: fake credentials, no endpoint unless a test sets one."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
+        monkeypatch.delenv(name, raising=False)
+    configure(os.environ.get("LOOM_TEST_LOG_LEVEL", "WARNING"))
+
+
+@pytest.fixture
+def aws() -> Iterator[dict[str, Any]]:
+    """moto in-process with template.yaml's table and queues; yields the resolved refs plus clients."""
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        refs = create_resources(session)
+        yield {
+            **refs,
+            "session": session,
+            "dynamodb": session.client("dynamodb"),
+            "sqs": session.client("sqs"),
+        }
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_engine(aws: dict[str, Any], clock: FakeClock):
+    """Build an engine on the moto resources; keyword arguments override the parts."""
+
+    def build(*, registry: Registry | None = None, config: EngineConfig | None = None, **overrides: Any) -> Engine:
+        config = config or EngineConfig()
+        parts: dict[str, Any] = {
+            "registry": registry or default_registry,
+            "store": DynamoStore(aws["dynamodb"], aws["Table"], config.shards),
+            "queue": SqsQueue(aws["sqs"], aws["StepQueue"], aws["DeadLetterQueue"]),
+            "clock": clock,
+            "config": config,
+            "services": {"ledger": DynamoLedger(aws["dynamodb"], aws["Table"])},
+        }
+        parts.update(overrides)
+        return Engine(**parts)
+
+    return build
