@@ -30,7 +30,11 @@ class Store(Protocol):
     def commit_step(
         self, execution_id: str, index: int, name: str, attempt: Attempt, result: dict[str, Any] | None
     ) -> None:
-        """Record the step COMPLETED with its result; ``ConflictError`` if it already is."""
+        """Record the step COMPLETED with its result.
+
+        ``ConflictError`` if it already is, or if the step was recorded FAILED at this
+        attempt or a later one.
+        """
 
     def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:
         """Append a failed attempt; False if that attempt number was already recorded."""

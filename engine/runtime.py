@@ -12,7 +12,7 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -175,8 +175,18 @@ class Engine:
         """Run what ``message`` points at, then chain further steps while time allows."""
         guard = redelivered or message.needs_guard
         steps_run = 0
+        chained = False
         while True:
-            status, ran, effects = self._handle_one(message, guard)
+            try:
+                status, ran, effects = self._handle_one(message, guard)
+            except Exception as exc:
+                if not chained:
+                    raise
+                # The message that started the chain is consumed: redelivering it would be
+                # stale. Hand this link back to the queue (guarded), or leave it to the lease.
+                self._log_message(message).warning("chain.link_failed", error=error_info(exc))
+                self._send(replace(message, kind="redrive"), 0)
+                return Outcome("chain_broken", steps_run)
             steps_run += ran
             nxt = effects.run_next
             if effects.delayed is not None:
@@ -184,7 +194,7 @@ class Engine:
             if nxt is None:
                 return Outcome(status, steps_run)
             if self._can_chain(remaining):
-                message, guard = nxt, False
+                message, guard, chained = nxt, False, True
                 continue
             self._send(nxt, 0)
             self.faults.point("after_enqueue", execution_id=nxt.execution_id, step=nxt.step)
@@ -284,11 +294,14 @@ class Engine:
         try:
             self.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
         except ConflictError:
-            # Another runner committed this step first; its result is the one that counts.
             record = self.store.get_step(ex.id, ex.current_step, st.name)
+            if record is None or record.status is not StepStatus.COMPLETED:
+                # The step was given up on (FAILED) while this attempt ran: its result is void.
+                log.info("step.commit_refused", recorded=None if record is None else record.status.value)
+                return "stale", 1, tr.Effects()
+            # Another runner committed this step first; its result is the one that counts.
             log.info("step.duplicate_commit")
-            result = record.result if record is not None else result
-            return self._advance(ex, spec, result, ran=1)
+            return self._advance(ex, spec, record.result, ran=1)
         log.info("step.completed", duration_ms=round((finished - started) * 1000, 1))
         return self._advance(ex, spec, result, ran=1)
 
@@ -349,8 +362,13 @@ class Engine:
         decision = decide(spec.policy_for(st), error, ex.round_attempt, self.rng)
         info = error_info(error)
         attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None)
-        self.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=not decision.retry)
         ran = 0 if outcome == "worker_lost" else 1
+        if not self.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=not decision.retry):
+            record = self.store.get_step(ex.id, ex.current_step, st.name)
+            if record is not None and record.status is StepStatus.COMPLETED:
+                # A concurrent run of this step succeeded: that result wins over this failure.
+                log.info("step.failure_superseded")
+                return self._advance(ex, spec, record.result, ran=ran)
         if not decision.retry:
             log.warning("step.failed", error=info, reason=decision.reason)
             return self._fail_execution(ex, error, st_name=st.name, reason=decision.reason, ran=ran)
@@ -472,6 +490,9 @@ class Engine:
             get_logger(execution_id=message.execution_id, step=message.step, attempt=message.attempt).warning(
                 "message.send_failed", error=error_info(exc)
             )
+
+    def _log_message(self, message: StepMessage) -> Any:
+        return get_logger(execution_id=message.execution_id, step=message.step, attempt=message.attempt)
 
     def _log(self, ex: Execution) -> Any:
         return get_logger(execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)

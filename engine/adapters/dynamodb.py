@@ -187,10 +187,15 @@ class DynamoStore:
                     "started_at = if_not_exists(started_at, :st), "
                     "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
                 ),
-                ConditionExpression="attribute_not_exists(#s) OR #s <> :done",
+                # A final failure is a commit point too: a late success of an attempt that
+                # was already given up on must not resurrect the step.
+                ConditionExpression=(
+                    "attribute_not_exists(#s) OR (#s <> :done AND NOT (#s = :failed AND last_attempt >= :a))"
+                ),
                 ExpressionAttributeNames={"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
                 ExpressionAttributeValues={
                     ":done": _s(StepStatus.COMPLETED.value),
+                    ":failed": _s(StepStatus.FAILED.value),
                     ":r": _s(canonical_json(result)),
                     ":i": _n(index),
                     ":name": _s(name),
