@@ -18,7 +18,7 @@ def utf8_len(text: str) -> int:
 
 
 def check_execution_id(execution_id: object) -> str:
-    if not isinstance(execution_id, str) or not ID_RE.match(execution_id):
+    if not isinstance(execution_id, str) or not ID_RE.fullmatch(execution_id):
         raise InvalidExecutionId(
             "execution id must be 1 to 128 characters of letters, digits, '-' and '_'",
             execution_id=str(execution_id)[:140],

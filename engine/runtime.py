@@ -60,6 +60,8 @@ class SweepReport:
     woken: int = 0
     skipped: int = 0
     truncated: bool = False
+    # Executions (or sends) that hit an error; they stay due and the next sweep retries them.
+    errors: int = 0
 
 
 @dataclass
@@ -176,9 +178,10 @@ class Engine:
         guard = redelivered or message.needs_guard
         steps_run = 0
         chained = False
+        known: Execution | None = None
         while True:
             try:
-                status, ran, effects = self._handle_one(message, guard)
+                status, ran, effects = self._handle_one(message, guard, known)
             except Exception as exc:
                 if not chained:
                     raise
@@ -194,7 +197,7 @@ class Engine:
             if nxt is None:
                 return Outcome(status, steps_run)
             if self._can_chain(remaining):
-                message, guard, chained = nxt, False, True
+                message, guard, chained, known = nxt, False, True, effects.written
                 continue
             self._send(nxt, 0)
             self.faults.point("after_enqueue", execution_id=nxt.execution_id, step=nxt.step)
@@ -209,9 +212,11 @@ class Engine:
     def _can_chain(self, remaining: Remaining | None) -> bool:
         return self.config.chain and remaining is not None and remaining() > self.config.chain_reserve_seconds
 
-    def _handle_one(self, msg: StepMessage, guard: bool) -> tuple[str, int, tr.Effects]:
+    def _handle_one(self, msg: StepMessage, guard: bool, known: Execution | None = None) -> tuple[str, int, tr.Effects]:
         none = tr.Effects()
-        ex = self.store.get_execution(msg.execution_id)
+        # A chained link starts from the state its predecessor wrote (no read back):
+        # any write since then makes this link's own conditional write fail.
+        ex = known if known is not None and known.id == msg.execution_id else self.store.get_execution(msg.execution_id)
         log = get_logger(execution_id=msg.execution_id, step=msg.step, attempt=msg.attempt)
         if ex is None:
             log.warning("message.orphan", kind=msg.kind)
@@ -224,7 +229,11 @@ class Engine:
             if ex.next_wake_at is not None and now + self.config.early_tolerance < ex.next_wake_at:
                 log.info("message.early", wake_at=ex.next_wake_at)
                 return "early", 0, none
-            return self._wake(ex)
+            try:
+                return self._wake(ex)
+            except (UnknownWorkflow, WorkflowDefinitionError) as exc:
+                # Failing the message would only redeliver it until SQS parks it; fail the execution.
+                return self._fail_execution(ex, exc, st_name=None)
         if ex.status is not Status.RUNNING or ex.current_step != msg.step or ex.attempt != msg.attempt:
             log.info(
                 "message.stale",
@@ -250,8 +259,15 @@ class Engine:
                 log.info("step.roll_forward")
                 return self._advance(ex, spec, record.result, ran=0)
             if ex.started_attempt == ex.attempt:
+                marked_at = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
+                if now < marked_at + self.config.lease_seconds:
+                    # Started less than a lease ago: another runner may still be in it (a duplicate,
+                    # or a redelivery after a short visibility timeout). Running or failing it now
+                    # could overlap a live attempt; the lease brings it back if that runner died.
+                    log.info("step.in_flight_elsewhere", marked_at=marked_at)
+                    return "in_flight", 0, none
                 lost = WorkerLost(f"the worker died while attempt {ex.attempt} of step {st.name!r} ran")
-                return self._fail_attempt(ex, spec, st, lost, started_at=ex.updated_at, outcome="worker_lost")
+                return self._fail_attempt(ex, spec, st, lost, started_at=marked_at, outcome="worker_lost")
             marked = tr.started_state(ex, now, self.config)
             try:
                 self.store.put_execution(marked, expected_version=ex.version, expected_step=ex.current_step)
@@ -339,7 +355,7 @@ class Engine:
                 continue
             self._log(new).info("execution.advanced", status=new.status.value, version=new.version)
             self.faults.point("after_checkpoint", execution_id=ex.id, step=index, attempt=ex.attempt, input=ex.input)
-            return "completed_step", ran, effects
+            return "completed_step", ran, replace(effects, written=new)
         raise ConflictError(f"execution {ex.id!r} kept changing while advancing")
 
     def _wake(self, ex: Execution) -> tuple[str, int, tr.Effects]:
@@ -419,7 +435,7 @@ class Engine:
     def sweep(self, now: float | None = None) -> SweepReport:
         """Re-drive every due execution, shard by shard, at most ``sweep_limit`` per call."""
         now = self.clock.now() if now is None else now
-        due = redriven = woken = skipped = 0
+        due = redriven = woken = skipped = errors = 0
         budget = self.config.sweep_limit
         truncated = False
         for shard in range(self.config.shards):
@@ -433,17 +449,35 @@ class Engine:
                 due += len(ids)
                 outgoing: list[StepMessage] = []
                 for execution_id in ids:
-                    kind, message = self._sweep_one(execution_id, now)
+                    try:
+                        kind, message = self._sweep_one(execution_id, now)
+                    except LoomError as exc:
+                        # One execution's trouble (throttling, say) must not stall the others:
+                        # it is still due, and the next sweep tries it again.
+                        get_logger(execution_id=execution_id, step=None, attempt=None).warning(
+                            "sweep.failed", error=error_info(exc)
+                        )
+                        errors += 1
+                        continue
                     if message is not None:
                         outgoing.append(message)
                     redriven += kind == "redrive"
                     woken += kind == "woke"
                     skipped += kind == "skipped"
                 if outgoing:
-                    self.queue.send_many(outgoing)
+                    try:
+                        self.queue.send_many(outgoing)
+                    except LoomError as exc:
+                        # The claims are durable with a fresh lease: the sweep after it re-drives them.
+                        get_logger(execution_id=None, step=None, attempt=None).warning(
+                            "sweep.send_failed", error=error_info(exc), messages=len(outgoing)
+                        )
+                        errors += 1
                 if cursor is None:
                     break
-        report = SweepReport(due=due, redriven=redriven, woken=woken, skipped=skipped, truncated=truncated)
+        report = SweepReport(
+            due=due, redriven=redriven, woken=woken, skipped=skipped, truncated=truncated, errors=errors
+        )
         get_logger(execution_id=None, step=None, attempt=None).info("sweep.finished", **report.__dict__)
         return report
 

@@ -31,8 +31,11 @@ class StepStatus(StrEnum):
 
 
 def canonical_json(value: Any) -> str:
-    """One spelling per value, so equal inputs compare equal as strings."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """One spelling per value, so equal inputs compare equal as strings.
+
+    NaN and infinities are refused: they are not JSON, and other readers would choke on them.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ class Execution:
     # The attempt recorded as started before it ran (at_most_once steps and
     # redelivered messages); equal to ``attempt`` while that attempt is in flight.
     started_attempt: int = 0
+    # When ``started_attempt`` was marked. A guarded runner that finds the mark younger
+    # than a lease assumes the attempt is still running elsewhere, not that it died.
+    attempt_started_at: float | None = None
     # Earliest time the current attempt may run (retry backoff).
     ready_at: float | None = None
     error: dict[str, Any] | None = None

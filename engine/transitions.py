@@ -22,6 +22,9 @@ class Effects:
 
     run_next: StepMessage | None = None  # runnable now: chain it or enqueue it
     delayed: tuple[StepMessage, int] | None = None  # enqueue with DelaySeconds
+    # The state the runtime just wrote, exactly as stored: the next link of a chain
+    # starts from it instead of reading the item back.
+    written: Execution | None = None
 
 
 def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | None = None) -> float:
@@ -109,7 +112,7 @@ def cancelled_state(ex: Execution, now: float) -> Execution:
 
 def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     """Record the current attempt as started before it runs."""
-    return ex.evolve(now, started_attempt=ex.attempt, next_wake_at=lease(ex, now, cfg))
+    return ex.evolve(now, started_attempt=ex.attempt, attempt_started_at=now, next_wake_at=lease(ex, now, cfg))
 
 
 def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:

@@ -115,7 +115,7 @@ class WorkflowSpec:
 
 
 def build_spec(name: str, steps: Any, retry: RetryPolicy | None = None) -> WorkflowSpec:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
     if not steps:
         raise WorkflowDefinitionError(f"workflow {name!r} has no steps")

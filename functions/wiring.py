@@ -11,6 +11,7 @@ import boto3
 from botocore.config import Config
 
 from engine import Engine, OffsetClock, SystemClock, default_registry
+from engine.adapters.dlq import SqsDeadLetters
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
@@ -25,6 +26,7 @@ BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_ti
 
 _lock = threading.Lock()
 _cache: dict[Settings, Engine] = {}
+_dlq_cache: dict[Settings, SqsDeadLetters] = {}
 
 
 class FileOffsetClock(OffsetClock):
@@ -89,7 +91,20 @@ def engine(settings: Settings | None = None) -> Engine:
         return built
 
 
+def dead_letters(settings: Settings | None = None) -> SqsDeadLetters:
+    """The DLQ reader behind the control plane's /dlq endpoints."""
+    settings = settings or Settings.from_env()
+    with _lock:
+        cached = _dlq_cache.get(settings)
+        if cached is None:
+            cached = _dlq_cache[settings] = SqsDeadLetters(
+                session().client("sqs", config=BOTO_CONFIG), settings.dlq_url
+            )
+        return cached
+
+
 def reset() -> None:
     """Forget built engines (tests that change the environment)."""
     with _lock:
         _cache.clear()
+        _dlq_cache.clear()

@@ -33,6 +33,7 @@ SUMMARY_ATTRIBUTES = [
     "attempt",
     "attempt_base",
     "started_attempt",
+    "attempt_started_at",
     "ready_at",
     "#e",
 ]
@@ -99,6 +100,8 @@ class DynamoStore:
             item[GSI1SK] = _n(ex.next_wake_at)
         if ex.ready_at is not None:
             item["ready_at"] = _n(ex.ready_at)
+        if ex.attempt_started_at is not None:
+            item["attempt_started_at"] = _n(ex.attempt_started_at)
         if ex.error is not None:
             item["error"] = _s(canonical_json(ex.error))
         return item
@@ -120,6 +123,7 @@ class DynamoStore:
             attempt_base=int(item.get("attempt_base", {"N": "0"})["N"]),
             started_attempt=int(item.get("started_attempt", {"N": "0"})["N"]),
             ready_at=_num(item.get("ready_at")),
+            attempt_started_at=_num(item.get("attempt_started_at")),
             error=_json(item.get("error")),
         )
 

@@ -1,0 +1,100 @@
+"""Fault injectors that act from outside the engine, where real life puts the fault.
+
+The queue is edited through the AWS API, workers are killed by pid (or, under
+LocalStack, through the Docker SDK), sweepers are started on top of each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from chaos.target import Target
+from engine.messages import StepMessage
+
+
+def peek(target: Target, max_messages: int = 10) -> list[dict[str, Any]]:
+    """Copy visible messages without taking them (VisibilityTimeout=0 leaves them to the workers)."""
+    answer = target.sqs.receive_message(
+        QueueUrl=target.queue_url,
+        MaxNumberOfMessages=max_messages,
+        VisibilityTimeout=0,
+        WaitTimeSeconds=0,
+        AttributeNames=["All"],
+    )
+    return list(answer.get("Messages") or [])
+
+
+def send_copies(target: Target, bodies: Sequence[str], copies: int = 1) -> int:
+    """Send ``copies`` of each body at once (a batch: they arrive at the same moment)."""
+    entries = [body for body in bodies for _ in range(copies)]
+    sent = 0
+    for start in range(0, len(entries), 10):
+        chunk = entries[start : start + 10]
+        answer = target.sqs.send_message_batch(
+            QueueUrl=target.queue_url,
+            Entries=[{"Id": str(i), "MessageBody": b} for i, b in enumerate(chunk)],
+        )
+        sent += len(answer.get("Successful") or [])
+    return sent
+
+
+def step_body(execution_id: str, step: int, attempt: int = 1, kind: str = "step") -> str:
+    """The exact body the engine sends for (execution, step, attempt): messages carry nothing else."""
+    return StepMessage(execution_id, step, attempt, kind).encode()  # type: ignore[arg-type]
+
+
+def queue_visibility(target: Target) -> int:
+    attrs = target.sqs.get_queue_attributes(QueueUrl=target.queue_url, AttributeNames=["VisibilityTimeout"])
+    return int(attrs["Attributes"]["VisibilityTimeout"])
+
+
+@contextlib.contextmanager
+def shortened_visibility(target: Target, seconds: int) -> Iterator[int]:
+    """SetQueueAttributes to a shorter visibility timeout; restored afterwards."""
+    before = queue_visibility(target)
+    target.sqs.set_queue_attributes(QueueUrl=target.queue_url, Attributes={"VisibilityTimeout": str(seconds)})
+    try:
+        yield before
+    finally:
+        target.sqs.set_queue_attributes(QueueUrl=target.queue_url, Attributes={"VisibilityTimeout": str(before)})
+
+
+def queue_depth(target: Target) -> dict[str, int]:
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    attrs = target.sqs.get_queue_attributes(QueueUrl=target.queue_url, AttributeNames=names)["Attributes"]
+    return {n.removeprefix("ApproximateNumberOfMessages") or "Visible": int(attrs.get(n, 0)) for n in names}
+
+
+def purge(target: Target) -> None:
+    """Lose every message, delayed ones included: the only API that reaches a delayed message."""
+    target.sqs.purge_queue(QueueUrl=target.queue_url)
+
+
+def wait_drained(target: Target, timeout: float) -> dict[str, int]:
+    """Poll until the step queue holds nothing (visible, in flight or delayed); the last depth seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        depth = queue_depth(target)
+        if not any(depth.values()) or time.monotonic() > deadline:
+            return depth
+        time.sleep(0.5)
+
+
+def docker_kill_lambda(name_contains: str = "lambda") -> list[str]:
+    """Under LocalStack: SIGKILL the Lambda containers running the worker (needs a Docker engine)."""
+    import docker  # the SDK; only this path needs it
+
+    client = docker.from_env()
+    killed = []
+    for container in client.containers.list(filters={"status": "running"}):
+        if name_contains in container.name and "worker" in " ".join([*container.image.tags, container.name]):
+            container.kill(signal="SIGKILL")
+            killed.append(container.name)
+    return killed

@@ -1,0 +1,219 @@
+"""The invariants every chaos run must keep, checked from the outside.
+
+Inputs are what anyone can read after the fact: the execution item, its step
+history, the side-effect ledger, and the versions a poller saw while it ran.
+Each check returns violations (strings); an empty list means the run was correct.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.state import Execution, Status, StepRecord, StepStatus, canonical_json
+from engine.transitions import merge_context
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One observation of an execution item by a poller."""
+
+    version: int
+    status: str
+    current_step: int
+    attempt: int
+    started_attempt: int
+    next_wake_at: float | None
+    seen_at: float  # wall clock of the observation
+
+    @classmethod
+    def of(cls, ex: Execution, seen_at: float | None = None) -> Snapshot:
+        return cls(
+            ex.version,
+            ex.status.value,
+            ex.current_step,
+            ex.attempt,
+            ex.started_attempt,
+            ex.next_wake_at,
+            time.time() if seen_at is None else seen_at,
+        )
+
+    def state(self) -> tuple[Any, ...]:
+        return (self.status, self.current_step, self.attempt, self.started_attempt, self.next_wake_at)
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a scenario expects of one execution."""
+
+    status: str = "COMPLETED"
+    redrives: int = 0  # DLQ redrives the scenario performed (each is one transition)
+    effectful: bool = True  # completed steps landed a ledger effect under their idempotency key
+
+
+@dataclass
+class Report:
+    execution_id: str
+    violations: list[str] = field(default_factory=list)
+    transitions_accounted: int = 0
+    final_version: int = 0
+    extra_writes: int = 0  # start marks and sweeper reclaims: writes history does not name
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[str]:
+    """Versions only move forward, one state per version, and a step never advances faster than its version."""
+    out: list[str] = []
+    seen = list(trail) + ([Snapshot.of(final)] if final is not None else [])
+    by_version: dict[int, tuple[Any, ...]] = {}
+    for snap in seen:
+        earlier = by_version.get(snap.version)
+        if earlier is not None and earlier != snap.state():
+            out.append(f"version {snap.version} named two different states: {earlier} and {snap.state()}")
+        by_version.setdefault(snap.version, snap.state())
+    for a, b in itertools.pairwise(seen):
+        if b.version < a.version:
+            out.append(f"version went backwards: {a.version} then {b.version}")
+        elif b.current_step - a.current_step > b.version - a.version:
+            out.append(
+                f"step moved {b.current_step - a.current_step} in {b.version - a.version} version(s) "
+                f"(v{a.version} step {a.current_step} -> v{b.version} step {b.current_step}): a transition skipped"
+            )
+        if b.current_step < a.current_step:
+            out.append(f"step went backwards: {a.current_step} -> {b.current_step} (v{a.version} -> v{b.version})")
+        if a.status in ("COMPLETED", "CANCELLED") and b.version > a.version:
+            out.append(f"a {a.status} execution changed again (v{a.version} -> v{b.version})")
+    return out
+
+
+def minimum_transitions(ex: Execution, history: Sequence[StepRecord], redrives: int = 0) -> int:
+    """Writes the history accounts for: the start, one advance per committed step, one per retry, the failure."""
+    committed = sum(1 for r in history if r.status is StepStatus.COMPLETED)
+    retries = sum(1 for r in history for a in r.attempts if a.outcome != "completed" and a.retry_delay is not None)
+    failed = 1 if ex.status is Status.FAILED else 0
+    cancelled = 1 if ex.status is Status.CANCELLED else 0
+    return 1 + committed + retries + failed + cancelled + redrives
+
+
+def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) -> list[str]:
+    out: list[str] = []
+    if ex.status.value != expect.status:
+        out.append(f"ended {ex.status.value}, expected {expect.status}")
+    by_index: dict[int, StepRecord] = {}
+    for r in history:
+        if r.index in by_index:
+            out.append(f"step {r.index} has two history records ({by_index[r.index].name}, {r.name})")
+        by_index[r.index] = r
+        completed = [a for a in r.attempts if a.outcome == "completed"]
+        if r.status is StepStatus.COMPLETED and len(completed) != 1:
+            out.append(f"step {r.index} ({r.name}) has {len(completed)} committed results, expected exactly 1")
+        if r.status is not StepStatus.COMPLETED and completed:
+            out.append(f"step {r.index} ({r.name}) records a completed attempt but is {r.status.value}")
+        numbers = [a.attempt for a in r.attempts]
+        # A failure is recorded once per attempt number. The same number may also end
+        # "completed": a duplicate that found the attempt started took it for lost
+        # while the original was still running, and the original's commit still won.
+        failed_numbers = [a.attempt for a in r.attempts if a.outcome != "completed"]
+        if len(failed_numbers) != len(set(failed_numbers)):
+            out.append(f"step {r.index} ({r.name}) records a failed attempt twice: {numbers}")
+        if numbers != sorted(numbers):
+            out.append(f"step {r.index} ({r.name}) attempts out of order: {numbers}")
+    for i in range(ex.current_step if ex.status is not Status.COMPLETED else len(by_index)):
+        r = by_index.get(i)
+        if r is None or r.status is not StepStatus.COMPLETED:
+            out.append(f"step {i} is behind the execution (at step {ex.current_step}) but not committed")
+    if ex.status is Status.COMPLETED and ex.current_step != len(by_index):
+        out.append(f"COMPLETED at step {ex.current_step} with {len(by_index)} steps in history")
+    if ex.status is Status.FAILED:
+        r = by_index.get(ex.current_step)
+        if ex.error is None:
+            out.append("FAILED without an error on the execution")
+        if r is None or r.status is not StepStatus.FAILED or not r.error:
+            out.append(f"FAILED at step {ex.current_step} but its history does not record the failure")
+    # The one committed result per step is the one the execution carries on.
+    context = dict(ex.input)
+    for i in sorted(by_index):
+        if i < ex.current_step and by_index[i].status is StepStatus.COMPLETED:
+            context = merge_context(context, by_index[i].result)
+    if canonical_json(context) != canonical_json(ex.context):
+        out.append("the execution's context is not its input merged with the committed results")
+    return out
+
+
+def check_ledger(
+    ex: Execution, history: Sequence[StepRecord], entries: Mapping[str, Mapping[str, Any]], expect: Expect
+) -> list[str]:
+    """Each committed effectful step landed exactly one effect, under its own idempotency key."""
+    out: list[str] = []
+    for r in history:
+        key = f"{ex.id}:{r.index}"
+        row = entries.get(key)
+        result_keys = [v for k, v in (r.result or {}).items() if k.endswith("_key")]
+        if r.status is StepStatus.COMPLETED and expect.effectful and result_keys:
+            if row is None or row.get("effect") is None:
+                out.append(f"step {r.index} ({r.name}) committed but its effect {key} never landed")
+            if any(k != key for k in result_keys):
+                out.append(f"step {r.index} ({r.name}) result names effect {result_keys}, not its own key {key}")
+        if row is None:
+            continue
+        runs, dups = int(row.get("runs", 0)), int(row.get("duplicates", 0))
+        applied = 1 if row.get("effect") is not None else 0
+        if runs and applied + dups > runs:
+            out.append(f"{key}: effect applied {applied + dups} times in {runs} run(s)")
+        if runs == 0 and applied:
+            out.append(f"{key}: an effect landed without any recorded run")
+    for key, row in entries.items():
+        index = key.rsplit(":", 1)[-1]
+        if index.isdigit() and row.get("effect") is not None and int(index) > ex.current_step:
+            out.append(f"{key}: an effect landed for step {index}, beyond the execution (step {ex.current_step})")
+    return out
+
+
+def check_not_stuck(ex: Execution, now: float, tolerance: float) -> list[str]:
+    if ex.terminal:
+        return [f"terminal {ex.status.value} but still in the due index"] if ex.next_wake_at is not None else []
+    if ex.next_wake_at is None:
+        return [f"{ex.status.value} with no wake time: nothing would ever drive it again"]
+    if ex.next_wake_at + tolerance < now:
+        return [f"{ex.status.value} overdue by {now - ex.next_wake_at:.1f}s: the sweeper did not pick it up"]
+    return [f"still {ex.status.value} at step {ex.current_step}"]
+
+
+def check_execution(
+    ex: Execution | None,
+    history: Sequence[StepRecord],
+    entries: Mapping[str, Mapping[str, Any]],
+    trail: Iterable[Snapshot] = (),
+    expect: Expect | None = None,
+    *,
+    now: float | None = None,
+    tolerance: float = 5.0,
+) -> Report:
+    expect = expect or Expect()
+    if ex is None:
+        return Report("?", ["the execution does not exist"])
+    report = Report(ex.id)
+    trail = list(trail)
+    report.violations += check_versions(trail, ex)
+    report.violations += check_history(ex, history, expect)
+    report.violations += check_ledger(ex, history, entries, expect)
+    if not ex.terminal or ex.next_wake_at is not None:
+        report.violations += check_not_stuck(ex, time.time() if now is None else now, tolerance)
+    report.transitions_accounted = minimum_transitions(ex, history, expect.redrives)
+    report.final_version = ex.version
+    report.extra_writes = ex.version - report.transitions_accounted
+    if report.extra_writes < 0:
+        report.violations.append(
+            f"final version {ex.version} is below the {report.transitions_accounted} transitions history accounts for"
+        )
+    return report
+
+
+def committed_runs(history: Sequence[StepRecord]) -> int:
+    return sum(1 for r in history if r.status is StepStatus.COMPLETED)

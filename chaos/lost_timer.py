@@ -1,0 +1,67 @@
+"""Lost timer: the delayed message of a sleeping execution and of a backing-off retry deleted.
+
+Must show: the sweeper wakes each at its ``next_wake_at`` (the sleep's end; the
+retry's lease), with no message left to drive it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from chaos import faults
+from chaos.observe import Watcher
+from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.target import CHAOS_WORKFLOWS, PURGE, TIME, Target
+
+NAME = "lost_timer"
+FAULT = "delayed wake/retry messages deleted"
+
+
+def run(t: Target, r: Result) -> None:
+    napper, backer = new_id(NAME, 0), new_id(NAME, 1)
+    with Watcher(t, interval=0.1) as w:
+        w.add(napper, backer)
+        t.start("chaos_nap", {}, napper)
+        t.start("chaos_backoff", {"fail_first": 1}, backer)
+        waiting = {
+            **w.wait([napper], lambda ex: ex.status.value == "SLEEPING", timeout=60, what="SLEEPING"),
+            **w.wait([backer], lambda ex: ex.attempt == 2 and ex.ready_at is not None, timeout=60, what="a backoff"),
+        }
+        before = faults.queue_depth(t)
+        faults.purge(t)  # the only API that reaches delayed messages
+        lost_at = time.time()
+        after = faults.queue_depth(t)
+        # The nap's end comes in real time; the retry's lease is ~2 leases off, so travel there.
+        fn_now = t.clock().now()
+        due_wall = {napper: time.time() + (waiting[napper].next_wake_at - fn_now)}
+        skip = max(0.0, (waiting[backer].next_wake_at or fn_now) - fn_now - 0.5)
+        t.advance_time(skip)
+        due_wall[backer] = time.time() + 0.5
+        woke = w.wait(
+            [napper, backer],
+            lambda ex: ex.terminal or ex.current_step > waiting[ex.id].current_step or ex.started_attempt > 0,
+            timeout=60,
+            what="a wake-up",
+        )
+        woke_wall = {
+            eid: w.first_seen(eid, lambda s, e=eid: s.version > waiting[e].version) or time.time() for eid in woke
+        }
+        w.wait([napper, backer], timeout=60)
+        recovered = time.time()
+    late = {eid: round(woke_wall[eid] - due_wall[eid], 2) for eid in (napper, backer)}
+    r.injected = f"PurgeQueue with {before.get('Delayed', 0)} delayed message(s) (wake + retry) pending"
+    r.observed = f"sweeper woke the sleeper {late[napper]:+.1f}s and the retry {late[backer]:+.1f}s from next_wake_at"
+    r.recovery_seconds = round(recovered - lost_at, 2)
+    r.evidence.update(depth_before=before, depth_after=after, lateness=late, time_travel=skip)
+    verify(r, t, w, [napper, backer])
+    r.expect(before.get("Delayed", 0) >= 1, f"no delayed message was pending to lose: {before}")
+    r.expect(after.get("Delayed", 0) == 0, f"delayed messages survived the purge: {after}")
+    for eid, v in late.items():
+        r.expect(v <= 6.0, f"{eid} woke {v}s after next_wake_at (sweeper tick is ~1s)")
+
+
+SCENARIO = Scenario(NAME, FAULT, (TIME, CHAOS_WORKFLOWS, PURGE), run, __doc__ or "")
+
+if __name__ == "__main__":
+    sys.exit(main_for(NAME))

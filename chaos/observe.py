@@ -1,0 +1,142 @@
+"""Watching executions from outside while faults fly: version trails and bounded waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from chaos.invariants import Snapshot
+from engine.state import Execution
+
+
+class Timeout(Exception):
+    pass
+
+
+class Watcher:
+    """Polls executions in a background thread and keeps every distinct version it sees.
+
+    The trail is what the version invariant is checked on; ``changed_at`` gives
+    recovery times (the last time an execution moved).
+    """
+
+    def __init__(self, target: Any, interval: float = 0.15) -> None:
+        self._target = target
+        self._interval = interval
+        self._ids: list[str] = []
+        self._trails: dict[str, list[Snapshot]] = {}
+        self._latest: dict[str, Execution] = {}
+        self._done: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-watcher", daemon=True)
+        self.errors = 0
+
+    def __enter__(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def add(self, *execution_ids: str) -> None:
+        with self._lock:
+            for eid in execution_ids:
+                if eid not in self._trails:
+                    self._ids.append(eid)
+                    self._trails[eid] = []
+
+    def poll(self, execution_id: str) -> Execution | None:
+        """Read one execution now and record it."""
+        ex = self._target.get(execution_id)
+        if ex is not None:
+            self._record(ex)
+        return ex
+
+    def _record(self, ex: Execution) -> None:
+        with self._lock:
+            trail = self._trails.setdefault(ex.id, [])
+            snap = Snapshot.of(ex)
+            if not trail or trail[-1].version != snap.version or trail[-1].state() != snap.state():
+                trail.append(snap)
+            self._latest[ex.id] = ex
+            if ex.terminal:
+                self._done.add(ex.id)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                pending = [i for i in self._ids if i not in self._done]
+            for eid in pending:
+                if self._stop.is_set():
+                    return
+                try:
+                    self.poll(eid)
+                except Exception:  # an emulator hiccup must not end the observation
+                    self.errors += 1
+            self._stop.wait(self._interval)
+
+    def trail(self, execution_id: str) -> list[Snapshot]:
+        with self._lock:
+            return list(self._trails.get(execution_id, []))
+
+    def latest(self, execution_id: str) -> Execution | None:
+        with self._lock:
+            return self._latest.get(execution_id)
+
+    def first_seen(self, execution_id: str, pred: Callable[[Snapshot], bool]) -> float | None:
+        for snap in self.trail(execution_id):
+            if pred(snap):
+                return snap.seen_at
+        return None
+
+    def wait(
+        self,
+        execution_ids: Iterable[str],
+        pred: Callable[[Execution], bool] = lambda ex: ex.terminal,
+        *,
+        timeout: float,
+        what: str = "a terminal state",
+        poll: float = 0.2,
+    ) -> dict[str, Execution]:
+        """Poll until every execution satisfies ``pred``; raises Timeout naming the laggards."""
+        ids = list(execution_ids)
+        deadline = time.monotonic() + timeout
+        found: dict[str, Execution] = {}
+        while True:
+            for eid in ids:
+                if eid in found:
+                    continue
+                ex = self.poll(eid)
+                if ex is not None and pred(ex):
+                    found[eid] = ex
+            if len(found) == len(ids):
+                return found
+            if time.monotonic() > deadline:
+                late = [
+                    f"{e}: {self.latest(e).status.value if self.latest(e) else 'missing'}"
+                    f" step {self.latest(e).current_step if self.latest(e) else '?'}"
+                    for e in ids
+                    if e not in found
+                ]
+                raise Timeout(f"{len(late)} execution(s) did not reach {what} in {timeout:.0f}s: {late[:5]}")
+            time.sleep(poll)
+
+
+def wait_for(check: Callable[[], Any], *, timeout: float, what: str, poll: float = 0.1) -> Any:
+    """Poll ``check`` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise Timeout(f"gave up waiting for {what} after {timeout:.0f}s")
+        time.sleep(poll)

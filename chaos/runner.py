@@ -1,0 +1,86 @@
+"""Run scenarios against a target and collect their result rows."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
+
+from chaos import SCENARIOS
+from chaos.scenario import FAIL, Result, Scenario, execute
+from chaos.target import Target
+
+
+def scenario(name: str) -> Scenario:
+    if name not in SCENARIOS:
+        raise KeyError(f"unknown chaos scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return importlib.import_module(f"chaos.{name}").SCENARIO
+
+
+@contextlib.contextmanager
+def open_target(
+    stack: Any = None,
+    *,
+    emulator: str = "embedded",
+    running: bool = False,
+    stack_name: str | None = None,
+    workers: int = 2,
+) -> Iterator[Target]:
+    """The target to run against: a given stack, the running one, a deployed one, or a fresh chaos stack."""
+    if stack is not None:
+        yield stack if isinstance(stack, Target) else Target.from_stack(stack)
+        return
+    if emulator == "aws":
+        yield Target.deployed(stack_name or "loom-dev")
+        return
+    if running:
+        from loom import stackfile
+
+        info = stackfile.read()
+        if info is None:
+            raise RuntimeError(f"no running stack: {stackfile.path()} does not exist (run `loom up` first)")
+        yield Target.from_stackfile(info)
+        return
+    from chaos.stackctl import chaos_stack
+    from engine.log import configure
+
+    configure("WARNING", stream=sys.stderr)  # the stack's own info logs would drown the table
+    with chaos_stack(emulator=emulator, workers=workers) as target:
+        yield target
+
+
+def run_all(
+    stack: Any = None,
+    *,
+    names: Sequence[str] | None = None,
+    emulator: str = "embedded",
+    out: TextIO | None = sys.stdout,
+    running: bool = False,
+    stack_name: str | None = None,
+) -> list[Result]:
+    """Run the named scenarios (all by default), one after another, on one target."""
+    chosen = [scenario(n) for n in (names or SCENARIOS)]
+    results: list[Result] = []
+    with open_target(stack, emulator=emulator, running=running, stack_name=stack_name) as target:
+        if out is not None:
+            print(
+                f"chaos: {len(chosen)} scenario(s) against {target.kind} ({target.endpoint_url or 'AWS'})",
+                file=out,
+                flush=True,
+            )
+        for sc in chosen:
+            if out is not None:
+                print(f"chaos: {sc.name}: {sc.fault} ...", file=out, flush=True)
+            result = execute(sc, target)
+            results.append(result)
+            if out is not None:
+                extra = f" ({result.reason.splitlines()[0]})" if result.status == "SKIP" and result.reason else ""
+                first = f" - {result.violations[0]}" if result.status == FAIL and result.violations else ""
+                print(
+                    f"chaos: {sc.name}: {result.status} in {result.duration_seconds:.1f}s{extra}{first}",
+                    file=out,
+                    flush=True,
+                )
+    return results

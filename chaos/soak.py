@@ -1,0 +1,306 @@
+"""The soak: many executions at once with every fault mixed in at random, from a seeded plan.
+
+The same seed gives the same plan (its digest is printed), so a failing soak
+can be replayed. Faults come in two kinds: knobs in an execution's input (a
+step that crashes its worker once, a crash between checkpoint and enqueue, a
+transient failure) and timed events against the whole stack (duplicate
+copies, SIGKILLed workers, sweeper storms and races, a shortened visibility
+timeout, a throttling window, a purged queue).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from chaos import faults
+from chaos.invariants import Expect, check_execution
+from chaos.observe import Watcher
+from chaos.scenario import FAIL, PASS, Result
+from chaos.target import KILL, PURGE, THROTTLE, TICK, TIME, Target, sweep_in_subprocesses
+from engine.state import canonical_json
+
+TIMED_KINDS = ("duplicate", "kill_worker", "sweep_storm", "sweep_race", "visibility", "throttle", "purge")
+KNOB_KINDS = ("crash_in_step", "crash_after_checkpoint", "transient_failure")
+NEEDS = {"kill_worker": KILL, "sweep_storm": TICK, "sweep_race": TICK, "throttle": THROTTLE, "purge": PURGE}
+
+
+@dataclass(frozen=True)
+class PlannedExecution:
+    index: int
+    workflow: str
+    input: dict[str, Any]
+    knobs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    at: float  # seconds after the first start
+    kind: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    executions: tuple[PlannedExecution, ...]
+    faults: tuple[PlannedFault, ...]
+
+    @property
+    def digest(self) -> str:
+        doc = {
+            "seed": self.seed,
+            "executions": [asdict(e) for e in self.executions],
+            "faults": [asdict(f) for f in self.faults],
+        }
+        return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:16]
+
+    def counts(self) -> Counter[str]:
+        c: Counter[str] = Counter(f.kind for f in self.faults)
+        for e in self.executions:
+            c.update(e.knobs)
+        return c
+
+
+def make_plan(executions: int, seed: int, *, window: float = 20.0) -> Plan:
+    """A deterministic mix: knobs on about a third of the executions, timed faults across the window."""
+    rng = random.Random(seed)
+    planned: list[PlannedExecution] = []
+    for i in range(executions):
+        if rng.random() < 0.8:
+            workflow, steps = "pipeline", [f"stage_{k}" for k in range(10)]
+            chaos: dict[str, Any] = {"hold": {rng.choice(steps): round(rng.uniform(0.05, 0.3), 2)}}
+            data: dict[str, Any] = {}
+        else:
+            workflow, steps = "payment_retry", ["reserve_inventory", "notify_customer"]
+            chaos, data = {}, {"order_id": f"o-{i}", "amount": rng.randint(1, 500), "fail_first": 1}
+        knobs: list[str] = []
+        roll = rng.random()
+        if roll < 0.12:
+            knobs.append("crash_in_step")
+            chaos["crash"] = {rng.choice(steps): "once"}
+            chaos["crash_after_effect"] = True
+        elif roll < 0.22:
+            knobs.append("crash_after_checkpoint")
+            chaos["crash_after_checkpoint"] = [rng.randrange(0, 2 if workflow == "payment_retry" else 9)]
+        elif roll < 0.34 and workflow == "pipeline":
+            knobs.append("transient_failure")
+            chaos["fail"] = {rng.choice(steps): 1}
+        planned.append(PlannedExecution(i, workflow, {**data, "chaos": chaos}, tuple(knobs)))
+    count = max(len(TIMED_KINDS), executions // 6)
+    kinds = list(TIMED_KINDS) + [
+        rng.choice(("duplicate", "kill_worker", "sweep_storm", "duplicate", "throttle", "visibility"))
+        for _ in range(count - len(TIMED_KINDS))
+    ]
+    rng.shuffle(kinds)
+    timed = []
+    for kind in kinds:
+        at = round(rng.uniform(1.0, window), 2)
+        params: dict[str, Any] = {}
+        if kind == "duplicate":
+            params = {"copies": rng.randint(1, 3)}
+        elif kind == "kill_worker":
+            params = {"which": rng.randrange(16)}
+        elif kind == "visibility":
+            params = {"seconds": 1, "for": round(rng.uniform(2, 5), 1)}
+        elif kind == "throttle":
+            params = {"share": round(rng.uniform(0.2, 0.5), 2), "for": round(rng.uniform(2, 4), 1)}
+        elif kind == "sweep_storm":
+            params = {"ticks": rng.randint(3, 8)}
+        timed.append(PlannedFault(at, kind, params))
+    # One purge at most: real SQS allows one a minute.
+    seen_purge = False
+    kept = []
+    for f in sorted(timed, key=lambda f: f.at):
+        if f.kind == "purge":
+            if seen_purge:
+                continue
+            seen_purge = True
+        kept.append(f)
+    return Plan(seed, tuple(planned), tuple(kept))
+
+
+@dataclass
+class SoakSummary:
+    seed: int
+    digest: str
+    executions: int
+    planned: dict[str, int]
+    injected: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    recovery_p50: float | None = None
+    recovery_p99: float | None = None
+    seconds: float = 0.0
+
+    def render(self) -> str:
+        lines = [
+            f"soak seed={self.seed} plan digest={self.digest}",
+            f"executions: {self.executions}  statuses: {self.statuses}  in {self.seconds:.0f}s",
+            "faults injected by kind: " + ", ".join(f"{k}={v}" for k, v in sorted(self.injected.items())),
+        ]
+        if self.skipped:
+            lines.append("not injected on this target: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items()))
+        lines.append(f"invariant violations: {len(self.violations)}")
+        lines += [f"  - {v}" for v in self.violations[:20]]
+        p50 = "-" if self.recovery_p50 is None else f"{self.recovery_p50:.1f}s"
+        p99 = "-" if self.recovery_p99 is None else f"{self.recovery_p99:.1f}s"
+        lines.append(f"recovery time p50={p50} p99={p99}")
+        return "\n".join(lines)
+
+    def as_result(self) -> Result:
+        return Result(
+            name="soak",
+            fault=f"all faults mixed (seed {self.seed})",
+            injected=", ".join(f"{k}={v}" for k, v in sorted(self.injected.items())),
+            observed=f"{self.executions} executions: {self.statuses}",
+            invariant=f"{len(self.violations)} violation(s)",
+            status=FAIL if self.violations else PASS,
+            recovery_seconds=self.recovery_p99,
+            duration_seconds=self.seconds,
+            violations=list(self.violations),
+            evidence={"digest": self.digest, "p50": self.recovery_p50, "p99": self.recovery_p99},
+        )
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return round(ordered[k], 2)
+
+
+class _Injector:
+    def __init__(self, t: Target, w: Watcher, ids: list[str], rng: random.Random) -> None:
+        self.t, self.w, self.ids, self.rng = t, w, ids, rng
+        self.recoveries: list[float] = []
+        self.pending: list[tuple[float, dict[str, int]]] = []  # (injected at, versions then)
+        self.threads: list[threading.Thread] = []
+
+    def mark(self) -> None:
+        versions = {eid: ex.version for eid in self.ids if (ex := self.w.latest(eid)) is not None and not ex.terminal}
+        self.pending.append((time.time(), versions))
+
+    def background(self, fn: Callable[[], Any]) -> None:
+        th = threading.Thread(target=fn, daemon=True)
+        th.start()
+        self.threads.append(th)
+
+    def inject(self, f: PlannedFault) -> None:
+        t = self.t
+        if f.kind == "duplicate":
+            bodies = [m["Body"] for m in faults.peek(t)]
+            if not bodies:
+                live = [ex for eid in self.ids if (ex := self.w.latest(eid)) is not None and not ex.terminal]
+                bodies = [faults.step_body(ex.id, ex.current_step, ex.attempt) for ex in live[:10]]
+            faults.send_copies(t, bodies, f.params["copies"])
+        elif f.kind == "kill_worker":
+            pids = t.worker_pids()
+            if pids:
+                t.kill(pids[f.params["which"] % len(pids)])
+        elif f.kind == "sweep_storm":
+            self.background(lambda: [t.tick_sweeper() for _ in range(f.params["ticks"])])
+        elif f.kind == "sweep_race":
+            self.background(lambda: sweep_in_subprocesses(t, 2, at=time.time() + 2.0))
+        elif f.kind == "visibility":
+
+            def shorten() -> None:
+                with faults.shortened_visibility(t, f.params["seconds"]):
+                    time.sleep(f.params["for"])  # the window the fault lasts, in real time
+
+            self.background(shorten)
+        elif f.kind == "throttle":
+            t.proxy.throttle(f.params["share"], f.params["for"])
+        elif f.kind == "purge":
+            faults.purge(t)
+            if t.can(TIME):
+                t.advance_time(2 * t.lease)  # the leases that now drive everything run out sooner
+        self.mark()
+
+    def settle(self) -> None:
+        for th in self.threads:
+            th.join(timeout=120)
+        for at, versions in self.pending:
+            worst = 0.0
+            for eid, v in versions.items():
+                moved = self.w.first_seen(eid, lambda s, v=v, at=at: s.version > v and s.seen_at >= at)
+                if moved is not None:
+                    worst = max(worst, moved - at)
+            self.recoveries.append(worst)
+
+
+def run_soak(
+    target: Target, executions: int, seed: int, *, out: TextIO | None = None, timeout: float = 240.0
+) -> SoakSummary:
+    plan = make_plan(executions, seed)
+    summary = SoakSummary(seed, plan.digest, executions, dict(plan.counts()))
+    say = (lambda msg: print(msg, file=out, flush=True)) if out is not None else (lambda msg: None)
+    say(f"soak: {executions} executions, seed {seed}, plan digest {plan.digest}, {len(plan.faults)} timed faults")
+    run_tag = f"soak{seed}-{random.Random().getrandbits(32):08x}"
+    ids = [f"{run_tag}-{e.index}" for e in plan.executions]
+    injected: Counter[str] = Counter()
+    started = time.time()
+    with Watcher(target, interval=0.3) as w:
+        w.add(*ids)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(
+                pool.map(
+                    lambda p: target.start(p[1].workflow, p[1].input, p[0]), zip(ids, plan.executions, strict=True)
+                )
+            )
+        for e in plan.executions:
+            injected.update(e.knobs)
+        injector = _Injector(target, w, ids, random.Random(seed))
+        t0 = time.time()
+        for f in plan.faults:
+            need = NEEDS.get(f.kind)
+            if need and not target.can(need):
+                summary.skipped[f.kind] = target.missing[need]
+                continue
+            delay = t0 + f.at - time.time()
+            if delay > 0:
+                time.sleep(delay)  # the plan's schedule, in real time
+            try:
+                injector.inject(f)
+                injected[f.kind] += 1
+            except Exception as exc:
+                summary.violations.append(f"injecting {f.kind} failed: {type(exc).__name__}: {exc}")
+        say(f"soak: all faults injected after {time.time() - started:.0f}s; waiting for every execution")
+        try:
+            w.wait(ids, timeout=timeout, poll=0.5)
+        except Exception as exc:
+            summary.violations.append(str(exc))
+        injector.settle()
+        if target.proxy is not None:
+            target.proxy.calm()
+        depth = faults.wait_drained(target, 30)
+        if any(depth.values()):
+            summary.violations.append(f"messages still circulating in the step queue: {depth}")
+    statuses: Counter[str] = Counter()
+    knob_recoveries = []
+    for eid, e in zip(ids, plan.executions, strict=True):
+        ex = target.get(eid)
+        statuses[ex.status.value if ex else "MISSING"] += 1
+        report = check_execution(ex, target.history(eid), target.entries(eid), w.trail(eid), Expect())
+        summary.violations += [f"{eid}: {v}" for v in report.violations]
+        if e.knobs:
+            trail = w.trail(eid)
+            gaps = [b.seen_at - a.seen_at for a, b in itertools.pairwise(trail)]
+            knob_recoveries.append(max(gaps, default=0.0))
+    recoveries = injector.recoveries + knob_recoveries
+    summary.injected = dict(injected)
+    summary.statuses = dict(statuses)
+    summary.recovery_p50 = percentile(recoveries, 50)
+    summary.recovery_p99 = percentile(recoveries, 99)
+    summary.seconds = round(time.time() - started, 1)
+    return summary

@@ -1,0 +1,391 @@
+"""What the chaos kit runs against: a local stack it drives, a running one, or a deployed one.
+
+A :class:`Target` offers the same operations everywhere (start an execution,
+read its state, edit the queue) and says which fault injections it cannot do
+and why, so a scenario that needs one is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from engine import Engine, EngineConfig, SystemClock, default_registry
+from engine.adapters.dynamodb import DynamoStore
+from engine.adapters.ledger import DynamoLedger
+from engine.adapters.sqs import SqsQueue
+from engine.clock import Clock
+from engine.state import Execution, StepRecord
+
+# The kit's own calls: patient with a busy emulator, never through the throttling proxy.
+KIT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=60)
+WORKFLOW_MODULES = "workflows,chaos.workflows"
+
+# Capabilities a scenario may need.
+KILL = "kill_workers"  # SIGKILL a worker process by pid
+TICK = "tick_sweeper"  # run the sweeper now
+TIME = "time_travel"  # move the functions' clock forward
+CRASH_HOOK = "crash_hook"  # LOOM_CHAOS_CRASH_AFTER_CHECKPOINT on in the worker
+THROTTLE = "throttle"  # a throttling proxy between the functions and the AWS APIs
+NEW_STACK = "new_stack"  # start another stack with other settings (heartbeat off)
+CHAOS_WORKFLOWS = "chaos_workflows"  # chaos.workflows loaded by the functions
+PURGE = "purge"  # PurgeQueue is allowed (real SQS: once a minute)
+
+
+class Unsupported(Exception):
+    """A fault this target cannot inject; the message says why."""
+
+
+@dataclass
+class Target:
+    kind: str  # embedded | localstack | aws
+    region: str
+    endpoint_url: str | None
+    table: str
+    queue_url: str
+    dlq_url: str
+    api_url: str | None = None
+    stack: Any = None  # a loom.local.stack.LocalStack when the kit drives one
+    clock_offset_file: Path | None = None
+    proxy: Any = None  # chaos.throttle.ThrottleProxy when the functions talk through it
+    settings: dict[str, str] = field(default_factory=dict)  # the worker's LOOM_* environment
+    missing: dict[str, str] = field(default_factory=dict)  # capability -> why it is unavailable
+    sweeper_function: str | None = None  # aws: the sweeper Lambda's name
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_stack(cls, stack: Any, *, proxy: Any = None, owned: bool = False) -> Target:
+        """A loom.local.stack.LocalStack (started)."""
+        info = dict(getattr(stack, "info", {}) or {})
+        refs = getattr(stack, "refs", {}) or {}
+        worker_env = dict(stack.function_env("WorkerFunction"))
+        kind = info.get("emulator", "embedded")
+        missing: dict[str, str] = {}
+        if proxy is None:
+            missing[THROTTLE] = "the functions talk to the emulator directly (the kit did not start this stack)"
+        if not owned:
+            missing[NEW_STACK] = "the kit was handed a running stack; it starts other stacks only for itself"
+        if not _flag(worker_env.get("LOOM_CHAOS_CRASH_AFTER_CHECKPOINT", "off")):
+            missing[CRASH_HOOK] = "the worker runs with LOOM_CHAOS_CRASH_AFTER_CHECKPOINT=off"
+        if "chaos.workflows" not in worker_env.get("LOOM_WORKFLOW_MODULES", ""):
+            missing[CHAOS_WORKFLOWS] = "the functions do not load chaos.workflows (LOOM_WORKFLOW_MODULES)"
+        if kind == "localstack":
+            missing.setdefault(
+                KILL, "worker processes run inside LocalStack's containers (see chaos.faults.docker_kill)"
+            )
+        offset = info.get("clock_offset_file") or worker_env.get("LOOM_CLOCK_OFFSET_FILE")
+        return cls(
+            kind=kind,
+            region=info.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
+            endpoint_url=stack.endpoint_url,
+            table=refs.get("Table") or info["table"],
+            queue_url=refs.get("StepQueue") or info["queue_url"],
+            dlq_url=refs.get("DeadLetterQueue") or info["dlq_url"],
+            api_url=getattr(stack, "api_url", None) or info.get("control_plane_url"),
+            stack=stack,
+            clock_offset_file=Path(offset) if offset else None,
+            proxy=proxy,
+            settings={k: v for k, v in worker_env.items() if k.startswith("LOOM_")},
+            missing=missing,
+        )
+
+    @classmethod
+    def from_stackfile(cls, info: Mapping[str, Any]) -> Target:
+        """A stack someone else started with ``loom up`` (read from stack.json)."""
+        kind = info.get("emulator", "embedded")
+        missing = {
+            THROTTLE: "the functions of a running stack talk to the emulator directly",
+            NEW_STACK: "running against a stack started by `loom up`",
+            CRASH_HOOK: "unknown whether the running stack's worker has the crash hook on; "
+            "start it with LOOM_CHAOS_CRASH_AFTER_CHECKPOINT=on or let the kit start its own",
+            CHAOS_WORKFLOWS: "the running stack may not load chaos.workflows",
+        }
+        if kind == "localstack":
+            missing[KILL] = "worker processes run inside LocalStack's containers"
+        offset = info.get("clock_offset_file")
+        return cls(
+            kind=kind,
+            region=info.get("region") or "us-east-1",
+            endpoint_url=info.get("aws_endpoint_url"),
+            table=info["table"],
+            queue_url=info["queue_url"],
+            dlq_url=info["dlq_url"],
+            api_url=info.get("control_plane_url"),
+            clock_offset_file=Path(offset) if offset else None,
+            missing=missing,
+            settings={},
+        )
+
+    @classmethod
+    def deployed(cls, stack_name: str, region: str | None = None) -> Target:
+        """A stack deployed with ``sam deploy``: its outputs name the resources."""
+        session = boto3.session.Session(region_name=region)
+        cfn = session.client("cloudformation")
+        stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+        why = "workers are Lambda invocations in AWS; no process to kill"
+        return cls(
+            kind="aws",
+            region=session.region_name or "us-east-1",
+            endpoint_url=None,
+            table=outputs["TableName"],
+            queue_url=outputs["StepQueueUrl"],
+            dlq_url=outputs["DeadLetterQueueUrl"],
+            api_url=None,  # the Function URL needs SigV4; the kit uses the engine API directly
+            sweeper_function=outputs.get("SweeperFunctionName"),
+            missing={
+                KILL: why,
+                TIME: "the deployed functions read real time only",
+                THROTTLE: "a proxy cannot sit between Lambda and the AWS APIs",
+                NEW_STACK: "deploy a second stack with LOOM_HEARTBEAT_SECONDS=0 to see the no-heartbeat half",
+                CRASH_HOOK: "deploy with ChaosCrashAfterCheckpoint=on to enable the hook",
+                CHAOS_WORKFLOWS: "deploy with WorkflowModules=workflows,chaos.workflows",
+                PURGE: "PurgeQueue on a shared account queue is left to a human",
+            },
+        )
+
+    # ------------------------------------------------------------ capabilities
+
+    def can(self, capability: str) -> bool:
+        return capability not in self.missing
+
+    def why_not(self, *capabilities: str) -> str | None:
+        reasons = [f"{c}: {self.missing[c]}" for c in capabilities if c in self.missing]
+        return "; ".join(reasons) or None
+
+    # ------------------------------------------------------------ AWS clients
+
+    @cached_property
+    def session(self) -> Any:
+        if self.kind == "aws":
+            return boto3.session.Session(region_name=self.region)
+        from loom.local.emulator import fake_credentials
+
+        creds = fake_credentials(self.region)
+        return boto3.session.Session(
+            aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=creds.get("AWS_SESSION_TOKEN"),
+            region_name=self.region,
+        )
+
+    def client(self, service: str) -> Any:
+        return self.session.client(service, endpoint_url=self.endpoint_url, config=KIT_CONFIG)
+
+    @cached_property
+    def ddb(self) -> Any:
+        return self.client("dynamodb")
+
+    @cached_property
+    def sqs(self) -> Any:
+        return self.client("sqs")
+
+    @cached_property
+    def shards(self) -> int:
+        return int(self.settings.get("LOOM_SHARDS", "4"))
+
+    @cached_property
+    def lease(self) -> float:
+        return float(self.settings.get("LOOM_LEASE_SECONDS", "90"))
+
+    @cached_property
+    def store(self) -> DynamoStore:
+        return DynamoStore(self.ddb, self.table, self.shards)
+
+    @cached_property
+    def ledger(self) -> DynamoLedger:
+        return DynamoLedger(self.ddb, self.table)
+
+    @cached_property
+    def queue(self) -> SqsQueue:
+        return SqsQueue(self.sqs, self.queue_url, self.dlq_url)
+
+    def clock(self) -> Clock:
+        if self.clock_offset_file is not None:
+            from functions.wiring import FileOffsetClock
+
+            return FileOffsetClock(str(self.clock_offset_file))
+        return SystemClock()
+
+    @cached_property
+    def engine(self) -> Engine:
+        """An engine with no workers: starts executions and redrives like the control plane does."""
+        from functions.wiring import load_workflows
+
+        load_workflows(tuple(WORKFLOW_MODULES.split(",")))
+        return Engine(
+            registry=default_registry,
+            store=self.store,
+            queue=self.queue,
+            clock=self.clock(),
+            config=EngineConfig(shards=self.shards, lease_seconds=self.lease),
+            services={"ledger": self.ledger},
+        )
+
+    # ------------------------------------------------------------ executions
+
+    def start(self, workflow: str, input: dict[str, Any], execution_id: str) -> str:
+        """Start through the control plane when there is one (it is what users call)."""
+        if self.api_url:
+            body = {"workflow": workflow, "input": input, "execution_id": execution_id}
+            status, answer = self.http("POST", "/executions", body)
+            if status not in (200, 201):
+                raise RuntimeError(f"POST /executions answered {status}: {answer}")
+            return str(answer.get("id", execution_id))
+        ex, _ = self.engine.start(workflow, input, execution_id)
+        return ex.id
+
+    def get(self, execution_id: str) -> Execution | None:
+        return self.store.get_execution(execution_id)
+
+    def history(self, execution_id: str) -> list[StepRecord]:
+        return sorted(self.store.history(execution_id), key=lambda r: r.index)
+
+    def entries(self, execution_id: str) -> dict[str, dict[str, Any]]:
+        return self.ledger.entries(execution_id)
+
+    def api_status(self, execution_id: str) -> str | None:
+        """The status the control plane reports (None without one)."""
+        if not self.api_url:
+            return None
+        status, answer = self.http("GET", f"/executions/{execution_id}")
+        return answer.get("status") if status == 200 else f"HTTP {status}"
+
+    def redrive_dlq(self) -> dict[str, Any]:
+        """What ``loom dlq redrive`` does: through the control plane, else the same library call."""
+        if self.api_url:
+            status, answer = self.http("POST", "/dlq/redrive?limit=50")
+            if status != 200:
+                raise RuntimeError(f"POST /dlq/redrive answered {status}: {answer}")
+            return answer
+        from engine import dead_letters
+        from engine.adapters.dlq import SqsDeadLetters
+
+        results = dead_letters.redrive(self.engine, SqsDeadLetters(self.sqs, self.dlq_url), 50)
+        return {"results": [r.__dict__ for r in results], "summary": dead_letters.summarize(results)}
+
+    def http(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        assert self.api_url
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.api_url.rstrip("/") + path, data=data, method=method, headers={"content-type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                return exc.code, json.loads(exc.read() or b"{}")
+            except ValueError:
+                return exc.code, {}
+
+    # ------------------------------------------------------------ stack levers
+
+    def worker_pids(self) -> list[int]:
+        if self.kind == "aws":
+            raise Unsupported(self.missing[KILL])
+        if self.stack is not None:
+            return list(self.stack.worker_pids())
+        from loom import stackfile
+
+        info = stackfile.read() or {}
+        return list(info.get("worker_pids") or [])
+
+    def kill(self, pid: int) -> bool:
+        """SIGKILL one worker process; False if it was already gone."""
+        if not self.can(KILL):
+            raise Unsupported(self.missing[KILL])
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def advance_time(self, seconds: float) -> None:
+        if not self.can(TIME):
+            raise Unsupported(self.missing[TIME])
+        if self.stack is not None and hasattr(self.stack, "advance_time"):
+            self.stack.advance_time(seconds)
+            return
+        if self.clock_offset_file is None:
+            raise Unsupported("this stack has no clock offset file")
+        from loom.local import clock as local_clock
+
+        local_clock.advance(self.clock_offset_file, seconds)
+
+    def tick_sweeper(self) -> dict[str, Any]:
+        """One sweeper run now, the way the stack runs it."""
+        if self.stack is not None and hasattr(self.stack, "tick_sweeper"):
+            return dict(self.stack.tick_sweeper() or {})
+        if self.kind == "aws" and self.sweeper_function:
+            answer = self.session.client("lambda").invoke(FunctionName=self.sweeper_function, Payload=b"{}")
+            return json.loads(answer["Payload"].read() or b"{}")
+        return sweep_in_subprocesses(self, 1)[0]
+
+    def sweeper_env(self) -> dict[str, str]:
+        """The sweeper function's environment (what a second sweeper Lambda would get)."""
+        if self.stack is not None:
+            env = dict(self.stack.function_env("SweeperFunction"))
+        else:
+            env = {
+                "LOOM_TABLE_NAME": self.table,
+                "LOOM_QUEUE_URL": self.queue_url,
+                "LOOM_DLQ_URL": self.dlq_url,
+                "LOOM_WORKFLOW_MODULES": WORKFLOW_MODULES,
+                **self.settings,
+            }
+            if self.endpoint_url:
+                env["AWS_ENDPOINT_URL"] = self.endpoint_url
+            if self.clock_offset_file:
+                env["LOOM_CLOCK_OFFSET_FILE"] = str(self.clock_offset_file)
+        env.setdefault("AWS_REGION", self.region)
+        env.setdefault("AWS_DEFAULT_REGION", self.region)
+        return env
+
+
+def sweep_in_subprocesses(target: Target, count: int, *, at: float | None = None) -> list[dict[str, Any]]:
+    """Run ``count`` sweeper handlers in separate processes, all released at the same instant.
+
+    Each process imports the handler and builds its engine first, then waits for
+    ``at`` (wall clock), so the sweeps really overlap, as two scheduled Lambda
+    invocations would.
+    """
+    env = {**os.environ, **target.sweeper_env()}
+    at = at if at is not None else time.time() + 2.5
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "chaos.sweep_once", "--at", repr(at)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+        for _ in range(count)
+    ]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sweeper process failed ({proc.returncode}): {err[-2000:]}")
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
+def _flag(value: str) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")

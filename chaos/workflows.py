@@ -1,0 +1,120 @@
+"""Workflows shaped for chaos scenarios (registered when LOOM_WORKFLOW_MODULES lists ``chaos.workflows``).
+
+Every step lands its side effect in the ledger under its idempotency key, like
+the examples, and adds what the chaos kit needs to aim a fault from outside:
+the pid of the process running the step, a window after the effect in which a
+worker can be killed, and a downstream "switch" the kit can repair.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from engine import RetryPolicy, StepContext, sleep, step, workflow
+
+
+class DownstreamBroken(Exception):
+    """The step's downstream service rejects the call (until the chaos kit repairs it)."""
+
+
+def _ledger(ctx: StepContext) -> Any:
+    return ctx.services.get("ledger")
+
+
+def _land(ctx: StepContext, kind: str, **data: Any) -> dict[str, Any]:
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.apply(ctx.idempotency_key, {"kind": kind, **data})
+    return {f"{kind}_key": ctx.idempotency_key}
+
+
+def _plain(name: str) -> Any:
+    def run(ctx: StepContext) -> dict[str, Any]:
+        ledger = _ledger(ctx)
+        if ledger is not None:
+            ledger.ran(ctx.idempotency_key)
+        return _land(ctx, name, index=ctx.step_index)
+
+    run.__name__ = name
+    return run
+
+
+def charge_then_linger(ctx: StepContext) -> dict[str, Any]:
+    """Land the charge, then linger on the first run: the window where a worker dies after its effect.
+
+    The effect records the pid running it so the kit can SIGKILL exactly that
+    process from outside; the re-run (same idempotency key) finds the effect
+    already applied and does not charge twice.
+    """
+    ledger = _ledger(ctx)
+    runs = ledger.ran(ctx.idempotency_key) if ledger is not None else ctx.attempt
+    out = _land(ctx, "charge", amount=ctx.data.get("amount", 0), pid=os.getpid(), run=runs)
+    if runs == 1:
+        time.sleep(float(ctx.data.get("linger", 20)))
+    return {**out, "charged": ctx.data.get("amount", 0)}
+
+
+@workflow("chaos_crash_window")
+class CrashWindow:
+    steps = [_plain("reserve"), charge_then_linger, _plain("ship")]
+    retry = RetryPolicy(max_attempts=4, base=0.5, max_delay=2, jitter="none")
+
+
+def _repaired(ctx: StepContext) -> bool:
+    ledger = _ledger(ctx)
+    entries = getattr(ledger, "entries", None)
+    return entries is not None and f"{ctx.execution_id}:fix" in entries(ctx.execution_id)
+
+
+def downstream_call(ctx: StepContext) -> dict[str, Any]:
+    """Raises while the downstream is broken (poison), or kills its worker if the input says so."""
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    if not _repaired(ctx):
+        if ctx.data.get("poison") == "kill":
+            os._exit(137)  # an OOM or segfault: the process dies on every attempt
+        raise DownstreamBroken("the downstream service rejects this request (chaos poison)")
+    return _land(ctx, "downstream", index=ctx.step_index)
+
+
+@workflow("chaos_poison")
+class Poison:
+    steps = [_plain("prepare"), downstream_call, _plain("confirm")]
+    retry = RetryPolicy(max_attempts=2, base=0.5, max_delay=1, jitter="none")
+
+
+@workflow("chaos_nap")
+class Nap:
+    """A short sleep: its wake travels as a delayed SQS message (and the lease as a backup)."""
+
+    steps = [_plain("before"), sleep(seconds=4, name="nap"), _plain("after")]
+
+
+@workflow("chaos_long_nap")
+class LongNap:
+    """A sleep past SQS's 15-minute delay: only the sweeper can wake it (time travel gets there)."""
+
+    steps = [_plain("before"), sleep(minutes=20, name="long_nap"), _plain("after")]
+
+
+def flaky(ctx: StepContext) -> dict[str, Any]:
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    if ctx.attempt <= int(ctx.data.get("fail_first", 1)):
+        raise DownstreamBroken(f"attempt {ctx.attempt} fails (chaos backoff)")
+    return _land(ctx, "flaky", index=ctx.step_index)
+
+
+@workflow("chaos_backoff")
+class Backoff:
+    """A retry that waits a few seconds in a delayed message: the timer the lost-timer scenario deletes."""
+
+    steps = [
+        _plain("first"),
+        step(flaky, retry=RetryPolicy(max_attempts=3, base=4, max_delay=4, jitter="none")),
+        _plain("last"),
+    ]

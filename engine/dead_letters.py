@@ -1,0 +1,147 @@
+"""Working off the dead-letter queue: what each parked message is, and what redriving it does.
+
+The DLQ holds two kinds of Loom messages: ``{"loom": "failed", ...}`` records the engine
+parks when it gives up on an execution, and raw step messages SQS moved there after
+``maxReceiveCount`` failed deliveries. Both point at an execution; what to do depends on
+where that execution is now, not on what the message says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.errors import LoomError, MalformedMessage
+from engine.messages import StepMessage
+from engine.state import Status, error_info
+
+if TYPE_CHECKING:
+    from engine.runtime import Engine
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    message_id: str
+    receipt: str
+    body: Any  # the parsed JSON body, or the raw text when it is not JSON
+    sent_at: float
+    receive_count: int
+
+    @property
+    def kind(self) -> str:
+        """failed | step | malformed | unknown"""
+        body = self.body
+        if isinstance(body, dict) and body.get("loom") in ("failed", "malformed"):
+            return str(body["loom"])
+        if isinstance(body, dict) and "execution_id" in body and "step" in body:
+            return "step"
+        return "unknown"
+
+    @property
+    def execution_id(self) -> str | None:
+        if self.kind == "failed" and isinstance(self.body.get("execution_id"), str):
+            return self.body["execution_id"]
+        if self.kind == "step":
+            try:
+                return StepMessage.decode(json.dumps(self.body)).execution_id
+            except MalformedMessage:
+                return None
+        return None
+
+
+class DeadLetterBox(Protocol):
+    def receive(self, limit: int, visibility: int = ...) -> Iterator[DeadLetter]: ...
+
+    def peek(self, limit: int) -> list[DeadLetter]: ...
+
+    def release(self, receipts: list[str]) -> None: ...
+
+    def delete(self, receipt: str) -> None: ...
+
+    def approximate_count(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    message_id: str
+    kind: str
+    execution_id: str | None
+    # redriven: FAILED execution given a new round of attempts
+    # resent: RUNNING execution, a guarded message for its current step was sent
+    # dropped: nothing left to do (deleted from the DLQ), see ``reason``
+    # kept: left in the DLQ (not a Loom execution message, or the action failed)
+    action: str
+    reason: str = ""
+    status: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def redrive(engine: Engine, box: DeadLetterBox, limit: int) -> list[RedriveResult]:
+    """Deal with up to ``limit`` DLQ messages; delete each one only once dealt with."""
+    results: list[RedriveResult] = []
+    keep: list[str] = []
+    handled: set[str] = set()
+    for letter in box.receive(limit):
+        result = _redrive_one(engine, letter, handled)
+        if result.action in ("redriven", "resent", "dropped"):
+            try:
+                box.delete(letter.receipt)
+            except LoomError as exc:
+                # Done but still parked: a second redrive finds the execution RUNNING and
+                # only sends a guarded message, which is harmless.
+                result = RedriveResult(
+                    letter.message_id,
+                    result.kind,
+                    result.execution_id,
+                    result.action,
+                    f"{result.reason}; deleting it from the DLQ failed: {exc.message}".lstrip("; "),
+                    result.status,
+                )
+        else:
+            keep.append(letter.receipt)
+        results.append(result)
+    if keep:
+        # Make what was not dealt with visible again now, not after the work visibility.
+        box.release(keep)
+    return results
+
+
+def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> RedriveResult:
+    kind, execution_id = letter.kind, letter.execution_id
+
+    def result(action: str, reason: str = "", status: str | None = None) -> RedriveResult:
+        return RedriveResult(letter.message_id, kind, execution_id, action, reason, status)
+
+    if execution_id is None:
+        return result("kept", "not a message about an execution; left in the DLQ for inspection")
+    if execution_id in handled:
+        return result("dropped", "an earlier message of this pass already redrove this execution")
+    try:
+        ex = engine.store.get_execution(execution_id)
+        if ex is None:
+            return result("dropped", "no such execution")
+        if ex.status is Status.FAILED:
+            new = engine.redrive_failed(execution_id)
+            handled.add(execution_id)
+            return result("redriven", f"new round of attempts at step {new.current_step}", new.status.value)
+        if ex.status is Status.RUNNING:
+            # Guarded ("redrive") so that it is harmless if another message still drives it.
+            engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, "redrive"))
+            handled.add(execution_id)
+            return result("resent", f"still RUNNING; sent a message for step {ex.current_step}", ex.status.value)
+        if ex.status is Status.SLEEPING:
+            return result("dropped", "the execution is SLEEPING; the sweeper wakes it", ex.status.value)
+        return result("dropped", f"the execution is already {ex.status.value}", ex.status.value)
+    except LoomError as exc:
+        return result("kept", f"{exc.code}: {error_info(exc)['message']}")
+
+
+def summarize(results: Iterable[RedriveResult]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.action] = counts.get(r.action, 0) + 1
+    return counts

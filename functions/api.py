@@ -1,0 +1,190 @@
+"""Control plane: Function URL (payload format 2.0) -> engine calls -> JSON answers.
+
+| method and path                      | answers                                        |
+|--------------------------------------|------------------------------------------------|
+| POST /executions                     | 201 started, 200 same id and input, 409 other input |
+| GET  /executions?status&workflow&limit&cursor | 200 newest first, ``next_cursor``    |
+| GET  /executions/{id}                | 200, 404                                       |
+| GET  /executions/{id}/history        | 200, 404                                       |
+| POST /executions/{id}/cancel         | 200, 404, 409 when already terminal            |
+| GET  /workflows                      | 200                                            |
+| GET  /dlq?limit                      | 200: the parked messages, left in place        |
+| POST /dlq/redrive?limit              | 200: what was done with each message           |
+
+Errors are ``{"error": {"code", "message"}}``: 400 bad JSON, unknown workflow, bad id or
+parameter; 413 payload over an AWS limit; 404 unknown path or execution; 405 wrong
+method; 409 conflicts; 503 when AWS throttles or fails. Every check runs before any write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import dead_letters
+from engine.errors import (
+    ConflictError,
+    ExecutionNotFound,
+    InvalidInput,
+    LoomError,
+    PayloadTooLarge,
+    ResourceMissing,
+    TransientError,
+    UnknownWorkflow,
+)
+from engine.log import get_logger
+from engine.state import error_info
+from functions import views, wiring
+from functions.http import HttpError, Request, Router, error_response, response
+
+START_FIELDS = frozenset({"workflow", "input", "execution_id"})
+LIST_PARAMS = frozenset({"status", "workflow", "limit", "cursor"})
+DLQ_MAX = 100
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer, not {raw!r}") from None
+    if not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low} and {high}")
+    return value
+
+
+def _only(request: Request, allowed: frozenset[str]) -> None:
+    unknown = sorted(set(request.query) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown query parameter(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _step_names(workflow: str) -> list[str] | None:
+    try:
+        spec = wiring.engine().registry.get(workflow)
+    except UnknownWorkflow:
+        return None
+    return [s.name for s in spec.steps]
+
+
+# ---------------------------------------------------------------- executions
+
+
+def start(request: Request) -> dict[str, Any]:
+    _only(request, frozenset())
+    body = request.json()
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    unknown = sorted(set(body) - START_FIELDS)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {unknown}; allowed: {sorted(START_FIELDS)}")
+    workflow = body.get("workflow")
+    if not isinstance(workflow, str) or not workflow:
+        raise InvalidInput("'workflow' must be the name of a registered workflow")
+    execution_id = body.get("execution_id")
+    ex, created = wiring.engine().start(workflow, body.get("input"), execution_id)
+    return response(
+        201 if created else 200,
+        views.execution(ex, _step_names(ex.workflow)),
+        {"location": f"/executions/{ex.id}"},
+    )
+
+
+def status(request: Request) -> dict[str, Any]:
+    _only(request, frozenset())
+    ex = wiring.engine().get(request.params["id"])
+    return response(200, views.execution(ex, _step_names(ex.workflow)))
+
+
+def history(request: Request) -> dict[str, Any]:
+    _only(request, frozenset())
+    execution_id = request.params["id"]
+    records = wiring.engine().history(execution_id)
+    return response(200, {"id": execution_id, "steps": [views.step(r) for r in sorted(records, key=lambda r: r.index)]})
+
+
+def list_executions(request: Request) -> dict[str, Any]:
+    _only(request, LIST_PARAMS)
+    page = wiring.engine().list(
+        status=request.query.get("status") or None,
+        workflow=request.query.get("workflow") or None,
+        limit=_int_param(request, "limit", 50, 1, 1000),
+        cursor=request.query.get("cursor") or None,
+    )
+    return response(200, {"executions": [views.execution_summary(ex) for ex in page.items], "next_cursor": page.cursor})
+
+
+def cancel(request: Request) -> dict[str, Any]:
+    _only(request, frozenset())
+    ex = wiring.engine().cancel(request.params["id"])
+    return response(200, views.execution(ex, _step_names(ex.workflow)))
+
+
+def workflows(request: Request) -> dict[str, Any]:
+    _only(request, frozenset())
+    return response(200, {"workflows": [spec.describe() for spec in wiring.engine().registry]})
+
+
+# ----------------------------------------------------------------------- DLQ
+
+
+def dlq_list(request: Request) -> dict[str, Any]:
+    _only(request, frozenset({"limit"}))
+    box = wiring.dead_letters()
+    letters = box.peek(_int_param(request, "limit", 20, 1, DLQ_MAX))
+    return response(
+        200, {"messages": [views.dead_letter(d) for d in letters], "approximate_count": box.approximate_count()}
+    )
+
+
+def dlq_redrive(request: Request) -> dict[str, Any]:
+    _only(request, frozenset({"limit"}))
+    results = dead_letters.redrive(wiring.engine(), wiring.dead_letters(), _int_param(request, "limit", 50, 1, DLQ_MAX))
+    return response(
+        200, {"results": [views.redrive_result(r) for r in results], "summary": dead_letters.summarize(results)}
+    )
+
+
+ROUTER = Router()
+ROUTER.add("POST", "/executions", start)
+ROUTER.add("GET", "/executions", list_executions)
+ROUTER.add("GET", "/executions/{id}", status)
+ROUTER.add("GET", "/executions/{id}/history", history)
+ROUTER.add("POST", "/executions/{id}/cancel", cancel)
+ROUTER.add("GET", "/workflows", workflows)
+ROUTER.add("GET", "/dlq", dlq_list)
+ROUTER.add("POST", "/dlq/redrive", dlq_redrive)
+
+# Most specific first: PayloadTooLarge is an InvalidInput, NotFailed a ConflictError.
+ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
+    (PayloadTooLarge, 413),
+    (InvalidInput, 400),
+    (ExecutionNotFound, 404),
+    (ConflictError, 409),
+    (TransientError, 503),
+    (ResourceMissing, 500),
+)
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    log = get_logger()
+    try:
+        request = Request.from_event(event)
+    except (ValueError, TypeError) as exc:  # a body flagged base64 that is not
+        return error_response(400, "malformed_request", f"the request could not be read: {exc}")
+    log = log.bind(method=request.method, path=request.path)
+    try:
+        answer = ROUTER.dispatch(request)
+    except HttpError as exc:
+        answer = error_response(exc.status, exc.code, exc.message, exc.headers)
+    except LoomError as exc:
+        code = next((s for kind, s in ERROR_STATUS if isinstance(exc, kind)), 500)
+        if code >= 500:
+            log.error("api.failed", error=error_info(exc))
+        answer = error_response(code, exc.code, exc.message)
+    except Exception as exc:
+        log.exception("api.failed", error=error_info(exc))
+        answer = error_response(500, "internal", f"internal error: {type(exc).__name__}")
+    log.info("api.request", status=answer["statusCode"])
+    return answer

@@ -1,0 +1,87 @@
+"""The control plane's JSON shapes of executions, steps and DLQ messages.
+
+Every timestamp ``x_at`` is an ISO-8601 UTC string (millisecond precision) and comes
+with ``x_at_epoch``, the same instant in seconds since the epoch: humans read the
+first, scripts compute with the second.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from engine.dead_letters import DeadLetter, RedriveResult
+from engine.state import Attempt, Execution, StepRecord
+
+
+def iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _times(**stamps: float | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in stamps.items():
+        out[name] = iso(value)
+        out[f"{name}_epoch"] = value
+    return out
+
+
+def execution_summary(ex: Execution) -> dict[str, Any]:
+    return {
+        "id": ex.id,
+        "workflow": ex.workflow,
+        "status": ex.status.value,
+        "current_step": ex.current_step,
+        "attempt": ex.attempt,
+        "version": ex.version,
+        "error": ex.error,
+        **_times(next_wake_at=ex.next_wake_at, created_at=ex.created_at, updated_at=ex.updated_at),
+    }
+
+
+def execution(ex: Execution, step_names: list[str] | None = None) -> dict[str, Any]:
+    out = execution_summary(ex)
+    if step_names is not None:
+        out["current_step_name"] = step_names[ex.current_step] if ex.current_step < len(step_names) else None
+    out["input"] = ex.input
+    out["output"] = ex.context
+    return out
+
+
+def attempt(a: Attempt) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "outcome": a.outcome,
+        "error": a.error,
+        "retry_delay": a.retry_delay,
+        **_times(started_at=a.started_at, finished_at=a.finished_at),
+    }
+
+
+def step(record: StepRecord) -> dict[str, Any]:
+    return {
+        "index": record.index,
+        "name": record.name,
+        "status": record.status.value,
+        "attempts": [attempt(a) for a in record.attempts],
+        "result": record.result,
+        "error": record.error,
+        **_times(started_at=record.started_at, finished_at=record.finished_at),
+    }
+
+
+def dead_letter(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "message_id": letter.message_id,
+        "kind": letter.kind,
+        "execution_id": letter.execution_id,
+        "receive_count": letter.receive_count,
+        "body": letter.body,
+        **_times(sent_at=letter.sent_at),
+    }
+
+
+def redrive_result(result: RedriveResult) -> dict[str, Any]:
+    return result.to_dict()

@@ -1,0 +1,100 @@
+"""``loom chaos``: run a failure scenario, all of them, or a seeded soak; table, JSON, JUnit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from chaos import SCENARIOS
+
+EMULATORS = ("embedded", "localstack", "aws")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "chaos",
+        help="inject failures and check the invariants",
+        description="Run chaos scenarios (each failure mode of the design) or a seeded soak, "
+        "then check every invariant. Exits non-zero on any violation.",
+    )
+    parser.add_argument("scenario", choices=(*SCENARIOS, "all", "soak", "list"), help="what to run")
+    parser.add_argument(
+        "--emulator",
+        choices=EMULATORS,
+        default="embedded",
+        help="embedded (default: the kit starts its own stack), localstack, or aws (a deployed stack)",
+    )
+    parser.add_argument("--stack", default="loom-dev", help="the deployed stack's name (with --emulator aws)")
+    parser.add_argument(
+        "--running", action="store_true", help="use the stack `loom up` started (stack.json) instead of starting one"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    parser.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")
+    parser.add_argument("--executions", type=int, default=100, help="soak: executions at once")
+    parser.add_argument("--seed", type=int, default=1, help="soak: the fault plan's seed")
+    parser.add_argument("--workers", type=int, default=3, help="soak: worker processes of the kit's stack")
+    parser.add_argument("--plan", action="store_true", help="soak: print the fault plan and exit")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from chaos import report
+
+    if args.scenario == "list":
+        from chaos.runner import scenario
+
+        for name in SCENARIOS:
+            sc = scenario(name)
+            print(f"{name:24} {sc.fault}")
+        return 0
+    progress = sys.stderr if args.json else sys.stdout
+    if args.scenario == "soak":
+        return _soak(args, progress)
+    from chaos.runner import run_all
+
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    results = run_all(names=names, emulator=args.emulator, out=progress, running=args.running, stack_name=args.stack)
+    print(report.to_json(results) if args.json else report.render_table(results))
+    if args.junit:
+        report.write_junit(results, args.junit)
+    return 0 if all(r.passed for r in results) else 1
+
+
+def _soak(args: argparse.Namespace, progress: object) -> int:
+    import json
+
+    from chaos import report
+    from chaos.runner import open_target
+    from chaos.soak import make_plan, run_soak
+
+    if args.executions < 1:
+        print("--executions must be at least 1", file=sys.stderr)
+        return 2
+    if args.plan:
+        plan = make_plan(args.executions, args.seed)
+        print(f"plan digest {plan.digest}: {dict(plan.counts())}")
+        for f in plan.faults:
+            print(f"  t+{f.at:5.1f}s {f.kind:12} {f.params}")
+        return 0
+    with open_target(
+        emulator=args.emulator, running=args.running, stack_name=args.stack, workers=args.workers
+    ) as target:
+        summary = run_soak(target, args.executions, args.seed, out=progress)  # type: ignore[arg-type]
+    result = summary.as_result()
+    if args.json:
+        print(json.dumps({"summary": summary.__dict__, "ok": not summary.violations}, indent=2, default=str))
+    else:
+        print(summary.render())
+    if args.junit:
+        report.write_junit([result], args.junit, suite="loom-chaos-soak")
+    return 0 if not summary.violations else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m chaos.<name>`` lands here with ``[name, *flags]``."""
+    parser = argparse.ArgumentParser(prog="loom")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(["chaos", *(argv or [])])
+    return int(args.func(args) or 0)

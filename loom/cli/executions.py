@@ -1,0 +1,250 @@
+"""``loom start | status | history | list | cancel | workflows | dlq list | dlq redrive``.
+
+Every command talks to the control plane: ``--url`` for a deployed Function URL (each
+request SigV4-signed for service ``lambda`` with the default credential chain), else the
+local stack that ``loom up`` started. Tables for people, ``--json`` for scripts; the exit
+code is 1 on any error, with the API's message on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from loom.cli import output
+from loom.client import ApiError, ClientError, ControlPlane, resolve_target
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def _common() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("target")
+    group.add_argument("--url", help="a deployed control plane's Function URL (requests are SigV4-signed)")
+    group.add_argument("--region", help="region to sign for (default: from the URL, else the AWS config)")
+    group.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
+    parent.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    return parent
+
+
+def register(sub: Any) -> None:
+    common = _common()
+
+    def add(name: str, fn: Callable[[ControlPlane, argparse.Namespace], int], help: str, parent: Any = sub) -> Any:
+        parser = parent.add_parser(name, help=help, description=help, parents=[common])
+        parser.set_defaults(func=lambda args: _run(fn, args))
+        return parser
+
+    p = add("start", start, "start an execution of WORKFLOW")
+    p.add_argument("workflow")
+    p.add_argument("--input", default="{}", help="a JSON object, @FILE, or - for stdin (default {})")
+    p.add_argument("--id", dest="execution_id", help="execution id (idempotent: the same id and input start once)")
+
+    add("status", status, "show an execution").add_argument("id")
+    add("history", history, "show every step of an execution").add_argument("id")
+
+    p = add("list", list_, "list executions, newest first")
+    p.add_argument("--status", help="RUNNING, SLEEPING, COMPLETED, FAILED or CANCELLED")
+    p.add_argument("--workflow")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+
+    add("cancel", cancel, "cancel an execution").add_argument("id")
+    add("workflows", workflows, "list the registered workflows and their steps")
+
+    dlq = sub.add_parser("dlq", help="look at and redrive the dead-letter queue", description="the dead-letter queue")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="COMMAND")
+    dlq_sub.required = True
+    add("list", dlq_list, "show the parked messages without removing them", dlq_sub).add_argument(
+        "--limit", type=int, default=20
+    )
+    add("redrive", dlq_redrive, "redrive what the parked messages point at", dlq_sub).add_argument(
+        "--limit", type=int, default=50
+    )
+
+
+def _run(fn: Callable[[ControlPlane, argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        client = ControlPlane(resolve_target(args.url, args.region), timeout=args.timeout)
+        return fn(client, args)
+    except ApiError as exc:
+        if args.json and exc.body is not None:
+            output.as_json(exc.body)
+        output.error(f"{exc.message} ({exc.code}, HTTP {exc.status})")
+        return EXIT_ERROR
+    except ClientError as exc:
+        output.error(str(exc))
+        return EXIT_ERROR
+
+
+def _input(text: str) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ValueError(f"cannot read {text[1:]}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--input is not valid JSON: {exc}") from None
+
+
+# ---------------------------------------------------------------- commands
+
+EXECUTION_FIELDS = [
+    ("id", "id"),
+    ("workflow", "workflow"),
+    ("status", "status"),
+    ("current_step", "step"),
+    ("current_step_name", "step name"),
+    ("attempt", "attempt"),
+    ("version", "version"),
+    ("created_at", "created"),
+    ("updated_at", "updated"),
+    ("next_wake_at", "next wake"),
+    ("error", "error"),
+    ("input", "input"),
+    ("output", "output"),
+]
+
+
+def start(client: ControlPlane, args: argparse.Namespace) -> int:
+    try:
+        payload = _input(args.input)
+    except ValueError as exc:
+        output.error(str(exc))
+        return EXIT_USAGE
+    code, body = client.start(args.workflow, payload, args.execution_id)
+    if args.json:
+        output.as_json(body)
+    elif code == 201:
+        print(f"started {body['id']} ({body['workflow']}, {body['status']})")
+    else:
+        print(f"already started: {body['id']} ({body['workflow']}, {body['status']}); same id and input")
+    return 0
+
+
+def status(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.status(args.id)
+    if args.json:
+        output.as_json(body)
+    else:
+        output.fields(body, EXECUTION_FIELDS)
+    return 0
+
+
+def history(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.history(args.id)
+    if args.json:
+        output.as_json(body)
+        return 0
+    rows = [
+        {
+            **s,
+            "tries": len(s.get("attempts") or []),
+            "problem": (s.get("error") or {}).get("message") if isinstance(s.get("error"), dict) else s.get("error"),
+        }
+        for s in body.get("steps", [])
+    ]
+    output.table(
+        rows,
+        [
+            ("index", "#"),
+            ("name", "step"),
+            ("status", "status"),
+            ("tries", "attempts"),
+            ("started_at", "started"),
+            ("finished_at", "finished"),
+            ("problem", "error"),
+        ],
+    )
+    return 0
+
+
+def list_(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.list(status=args.status, workflow=args.workflow, limit=args.limit, cursor=args.cursor)
+    if args.json:
+        output.as_json(body)
+        return 0
+    output.table(
+        body.get("executions", []),
+        [
+            ("id", "id"),
+            ("workflow", "workflow"),
+            ("status", "status"),
+            ("current_step", "step"),
+            ("created_at", "created"),
+            ("updated_at", "updated"),
+        ],
+    )
+    if body.get("next_cursor"):
+        print(f"\nmore: loom list --cursor {body['next_cursor']}")
+    return 0
+
+
+def cancel(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.cancel(args.id)
+    if args.json:
+        output.as_json(body)
+    else:
+        print(f"cancelled {body['id']} at step {body['current_step']}")
+    return 0
+
+
+def workflows(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.workflows()
+    if args.json:
+        output.as_json(body)
+        return 0
+    rows = [
+        {"name": w["name"], "count": len(w["steps"]), "steps": " -> ".join(s["name"] for s in w["steps"])}
+        for w in body.get("workflows", [])
+    ]
+    output.table(rows, [("name", "workflow"), ("count", "steps"), ("steps", "order")], width=200)
+    return 0
+
+
+def dlq_list(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.dlq_list(args.limit)
+    if args.json:
+        output.as_json(body)
+        return 0
+    rows = []
+    for m in body.get("messages", []):
+        content = m.get("body")
+        error = content.get("error") if isinstance(content, dict) else None
+        rows.append({**m, "problem": error.get("message") if isinstance(error, dict) else error})
+    output.table(
+        rows,
+        [
+            ("message_id", "message"),
+            ("kind", "kind"),
+            ("execution_id", "execution"),
+            ("receive_count", "receives"),
+            ("sent_at", "parked"),
+            ("problem", "error"),
+        ],
+    )
+    print(f"\n{len(rows)} shown, about {body.get('approximate_count', 0)} in the DLQ")
+    return 0
+
+
+def dlq_redrive(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.dlq_redrive(args.limit)
+    if args.json:
+        output.as_json(body)
+        return 0
+    output.table(
+        body.get("results", []),
+        [("message_id", "message"), ("execution_id", "execution"), ("action", "action"), ("reason", "reason")],
+    )
+    summary = body.get("summary") or {}
+    print("\n" + (", ".join(f"{n} {action}" for action, n in sorted(summary.items())) or "the DLQ is empty"))
+    return 0

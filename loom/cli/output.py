@@ -1,0 +1,62 @@
+"""What the CLI prints: aligned tables and key/value blocks for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+MAX_CELL = 60
+
+
+def cell(value: Any, width: int = MAX_CELL) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    compact = isinstance(value, (dict, list))
+    text = json.dumps(value, separators=(",", ":"), sort_keys=True) if compact else str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def table(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    out: TextIO | None = None,
+    *,
+    width: int = MAX_CELL,
+) -> None:
+    """``columns`` are (key, header) pairs; missing keys print as '-'."""
+    out = out or sys.stdout
+    if not rows:
+        out.write("(none)\n")
+        return
+    grid = [[header.upper() for _, header in columns]] + [
+        [cell(row.get(key), width) for key, _ in columns] for row in rows
+    ]
+    widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
+    for line in grid:
+        out.write("  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip() + "\n")
+
+
+def fields(data: Mapping[str, Any], keys: Sequence[tuple[str, str]], out: TextIO | None = None) -> None:
+    """One ``label: value`` line per key; nested documents are printed as indented JSON."""
+    out = out or sys.stdout
+    width = max(len(label) for _, label in keys)
+    for key, label in keys:
+        value = data.get(key)
+        if isinstance(value, (dict, list)) and value:
+            text = json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n" + " " * (width + 2))
+        else:
+            text = cell(value) if not isinstance(value, str) else value
+        out.write(f"{label + ':':<{width + 1}} {text}\n")
+
+
+def as_json(data: Any, out: TextIO | None = None) -> None:
+    (out or sys.stdout).write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def error(message: str) -> None:
+    sys.stderr.write(f"loom: error: {message}\n")

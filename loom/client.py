@@ -1,0 +1,179 @@
+"""HTTP client of the control plane: a deployed Function URL (SigV4-signed) or the local stack.
+
+A Function URL with ``AuthType: AWS_IAM`` accepts only requests signed with SigV4 for
+service ``lambda``; botocore's signer does that with the default credential chain.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import botocore.session
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from loom import stackfile
+
+SERVICE = "lambda"
+# https://<url-id>.lambda-url.<region>.on.aws/
+URL_REGION = re.compile(r"\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
+NO_STACK = "no local stack is running: run `loom up`, or pass --url"
+
+
+class ClientError(Exception):
+    """Anything that kept a request from getting an answer (no target, no credentials, no connection)."""
+
+
+class ApiError(Exception):
+    """The control plane answered with an error."""
+
+    def __init__(self, status: int, code: str, message: str, body: Any = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.body = status, code, message, body
+
+
+def region_from_url(url: str) -> str | None:
+    match = URL_REGION.search(urlsplit(url).hostname or "")
+    return match.group(1) if match else None
+
+
+def sign(
+    method: str,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    credentials: Credentials,
+    region: str,
+    service: str = SERVICE,
+) -> dict[str, str]:
+    """The headers to send: ``headers`` plus X-Amz-Date, the token if any, and Authorization."""
+    request = AWSRequest(method=method.upper(), url=url, data=body, headers=dict(headers))
+    SigV4Auth(credentials, service, region).add_auth(request)
+    return dict(request.headers.items())
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    signed: bool
+    region: str | None = None
+
+
+def resolve_target(url: str | None, region: str | None) -> Target:
+    """``--url`` (signed) if given, else the local stack's control plane (unsigned)."""
+    if url:
+        if not urlsplit(url).scheme or not urlsplit(url).netloc:
+            raise ClientError(
+                f"--url must be an absolute URL like https://<id>.lambda-url.<region>.on.aws/, not {url!r}"
+            )
+        region = region or region_from_url(url) or botocore.session.get_session().get_config_variable("region")
+        if not region:
+            raise ClientError("cannot tell the region from the URL: pass --region")
+        return Target(url.rstrip("/"), signed=True, region=region)
+    stack = stackfile.read()
+    if not stack or not stack.get("control_plane_url"):
+        raise ClientError(NO_STACK)
+    return Target(str(stack["control_plane_url"]).rstrip("/"), signed=False, region=stack.get("region"))
+
+
+class ControlPlane:
+    def __init__(self, target: Target, *, timeout: float = 30.0, credentials: Credentials | None = None) -> None:
+        self.target = target
+        self.timeout = timeout
+        self._credentials = credentials
+
+    def _creds(self) -> Credentials:
+        if self._credentials is None:
+            found = botocore.session.get_session().get_credentials()
+            if found is None:
+                raise ClientError("no AWS credentials found (environment, profile or instance role) to sign with")
+            self._credentials = found
+        # Refreshable credentials (SSO, roles) hand out a consistent snapshot.
+        frozen = self._credentials.get_frozen_credentials()
+        return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+
+    def request(
+        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None
+    ) -> tuple[int, Any]:
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        url = self.target.url + path + (f"?{urlencode(params)}" if params else "")
+        data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
+        headers = {"accept": "application/json"}
+        if body is not None:
+            headers["content-type"] = "application/json"
+        if self.target.signed:
+            headers = sign(method, url, data, headers, self._creds(), self.target.region or "")
+        req = urllib.request.Request(url, data=data if body is not None else None, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as answer:
+                return answer.status, _decode(answer.read())
+        except urllib.error.HTTPError as exc:
+            payload = _decode(exc.read())
+            error = payload.get("error") if isinstance(payload, dict) else None
+            if isinstance(error, dict):
+                raise ApiError(exc.code, str(error.get("code")), str(error.get("message")), payload) from None
+            # Lambda's own answers (403 from IAM, 502 from a crashed function) are not ours.
+            text = payload.get("Message") or payload.get("message") if isinstance(payload, dict) else payload
+            raise ApiError(exc.code, f"http_{exc.code}", str(text or exc.reason), payload) from None
+        except urllib.error.URLError as exc:
+            raise ClientError(f"cannot reach the control plane at {self.target.url}: {exc.reason}") from None
+        except TimeoutError:
+            raise ClientError(f"the control plane at {self.target.url} did not answer in {self.timeout:g}s") from None
+
+    # ------------------------------------------------------------------ API
+
+    def start(self, workflow: str, input: Any, execution_id: str | None = None) -> tuple[int, dict[str, Any]]:
+        body: dict[str, Any] = {"workflow": workflow, "input": input}
+        if execution_id is not None:
+            body["execution_id"] = execution_id
+        return self.request("POST", "/executions", body=body)
+
+    def status(self, execution_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/executions/{_segment(execution_id)}")[1]
+
+    def history(self, execution_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/executions/{_segment(execution_id)}/history")[1]
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        query = {"status": status, "workflow": workflow, "limit": limit, "cursor": cursor}
+        return self.request("GET", "/executions", query=query)[1]
+
+    def cancel(self, execution_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/executions/{_segment(execution_id)}/cancel")[1]
+
+    def workflows(self) -> dict[str, Any]:
+        return self.request("GET", "/workflows")[1]
+
+    def dlq_list(self, limit: int | None = None) -> dict[str, Any]:
+        return self.request("GET", "/dlq", query={"limit": limit})[1]
+
+    def dlq_redrive(self, limit: int | None = None) -> dict[str, Any]:
+        return self.request("POST", "/dlq/redrive", query={"limit": limit})[1]
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")

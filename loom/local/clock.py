@@ -1,0 +1,64 @@
+"""Local time travel: the offset file every function's clock adds to real time.
+
+``functions.wiring.FileOffsetClock`` reads it (through LOOM_CLOCK_OFFSET_FILE);
+``loom time advance`` writes it. Only the functions' clock moves: the emulator
+keeps real time, so SQS delays and visibility timeouts are unchanged and the
+sweeper is what wakes a long sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+FILENAME = "clock_offset"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``15m``, ``2h``, ``1d`` or a bare number of seconds."""
+    total = 0.0
+    parts = re.findall(r"\d+(?:\.\d+)?\s*[smhd]?", text.strip())
+    if not parts or "".join(parts).replace(" ", "") != text.strip().replace(" ", ""):
+        raise ValueError(f"not a duration: {text!r} (try 90s, 15m, 2h, 1d, or 1h30m)")
+    for part in parts:
+        match = _DURATION.match(part)
+        assert match is not None
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+    return total
+
+
+def read_offset(path: Path) -> float:
+    try:
+        return float(path.read_text(encoding="utf-8").strip() or 0)
+    except FileNotFoundError:
+        return 0.0
+
+
+def write_offset(path: Path, seconds: float) -> float:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{seconds:.3f}\n", encoding="utf-8")
+    os.replace(tmp, path)  # readers see the old value or the new one, never half
+    return seconds
+
+
+def advance(path: Path, seconds: float) -> float:
+    if seconds < 0:
+        raise ValueError("time only moves forward; use `loom time reset` to go back to real time")
+    return write_offset(path, read_offset(path) + seconds)
+
+
+def reset(path: Path) -> float:
+    return write_offset(path, 0.0)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = round(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{v}{u}" for v, u in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if v]
+    return "".join(parts) or "0s"

@@ -1,0 +1,177 @@
+"""The AWS APIs the local stack talks to: moto (embedded), LocalStack, or none.
+
+The embedded emulator is moto's server in a child process; LocalStack runs from
+compose.yaml through ``docker compose``. Either way the functions reach it the
+way they reach AWS: boto3 honouring ``AWS_ENDPOINT_URL``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from loom.template import ROOT
+
+COMPOSE_FILE = ROOT / "compose.yaml"
+LOCALSTACK_URL = "http://localhost:4566"
+
+
+class EmulatorError(RuntimeError):
+    """The emulator did not start or does not answer."""
+
+
+def fake_credentials(region: str) -> dict[str, str]:
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+    }
+
+
+def wait_http(url: str, timeout: float, ok: Any = None) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                body = resp.read()
+                if ok is None or ok(body):
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = exc
+        time.sleep(0.2)
+    raise EmulatorError(f"{url} did not answer within {timeout:.0f}s ({last})")
+
+
+class EmbeddedEmulator:
+    """moto's server in a child process on ``host:port`` (0 picks a free port)."""
+
+    kind = "embedded"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, log: IO[Any] | None = None) -> None:
+        self.host = host
+        self.port = port
+        self._log = log
+        self.proc: subprocess.Popen[str] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> EmbeddedEmulator:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loom.local.emulator_main", "--host", self.host, "--port", str(self.port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log if self._log is not None else subprocess.DEVNULL,
+            cwd=str(ROOT),
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.stop()
+            raise EmulatorError(f"moto server did not start on {self.host}:{self.port} (port taken?)")
+        self.port = int(json.loads(line)["port"])
+        wait_http(f"{self.endpoint_url}/moto-api/", timeout)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+
+def docker_available() -> tuple[bool, str]:
+    """Whether a Docker engine answers, and why not when it does not."""
+    try:
+        import docker
+
+        docker.from_env().ping()
+        return True, "docker engine answers"
+    except Exception as exc:
+        return False, f"no Docker engine answers ({type(exc).__name__}: {exc})"
+
+
+def compose_command() -> list[str]:
+    """``docker compose`` (the plugin), or the older ``docker-compose`` binary."""
+    if shutil.which("docker") is not None:
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose") is not None:
+        return ["docker-compose"]
+    raise EmulatorError("neither `docker compose` nor `docker-compose` is installed; --emulator localstack needs them")
+
+
+class LocalStackEmulator:
+    """LocalStack from compose.yaml: ``docker compose up -d --wait``, health-checked."""
+
+    kind = "localstack"
+
+    def __init__(self, endpoint_url: str | None = None, compose_file: Path = COMPOSE_FILE) -> None:
+        self.endpoint_url = endpoint_url or os.environ.get("LOCALSTACK_ENDPOINT", LOCALSTACK_URL)
+        self.compose_file = compose_file
+        self.started_here = False
+        self.pid: int | None = None
+
+    def _compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*compose_command(), "-f", str(self.compose_file), *args],
+            cwd=str(self.compose_file.parent),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, timeout: float = 180.0) -> LocalStackEmulator:
+        ok, why = docker_available()
+        if not ok:
+            raise EmulatorError(f"--emulator localstack needs Docker: {why}")
+        done = self._compose("up", "-d", "--wait", timeout=timeout)
+        if done.returncode != 0:
+            raise EmulatorError(f"docker compose up failed:\n{done.stderr.strip()}")
+        self.started_here = True
+        wait_http(
+            f"{self.endpoint_url}/_localstack/health",
+            timeout,
+            ok=lambda body: all(
+                v in ("available", "running")
+                for k, v in json.loads(body).get("services", {}).items()
+                if k in ("dynamodb", "sqs")
+            ),
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.started_here:
+            self._compose("down", timeout=120)
+            self.started_here = False

@@ -1,0 +1,365 @@
+"""A small pool of warm function processes: Lambda concurrency, locally.
+
+Each process imports its handler once and serves invocations one at a time.
+An invocation that runs past the function's Timeout is SIGKILLed, as Lambda
+does; a process that dies (killed, ``os._exit``, crashed interpreter) is
+replaced. Every invocation becomes an :class:`Invocation` record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from loom.template import ROOT
+
+STARTUP_TIMEOUT = 60.0
+
+
+class PoolClosed(Exception):
+    """The pool is stopping; no more invocations."""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    function: str
+    request_id: str
+    pid: int
+    started_at: float
+    duration_ms: float
+    outcome: str  # ok | error | crash | timeout
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("result")
+        return out
+
+
+class Runtime:
+    """One function process and its pipes."""
+
+    def __init__(
+        self, *, function: str, handler: str, memory: int, env: Mapping[str, str], output: IO[Any] | None
+    ) -> None:
+        self.function = function
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "loom.local.runtime",
+                    "--handler",
+                    handler,
+                    "--function-name",
+                    function,
+                    "--memory",
+                    str(memory),
+                    "--reply-fd",
+                    str(write_fd),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=output,
+                stderr=output,
+                env=dict(env),
+                cwd=str(ROOT),
+                pass_fds=(write_fd,),
+                text=True,
+                # Its own process group: a Ctrl-C in the terminal reaches the supervisor only,
+                # which then stops the pool in order.
+                start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
+        self._reply_fd = read_fd
+        self._buffer = b""
+        self.init_error: dict[str, Any] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def read_line(self, deadline: float) -> dict[str, Any] | None:
+        """The next reply line, or None on EOF (process died) or when the deadline passes."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                ready, _, _ = select.select([self._reply_fd], [], [], left)
+                if not ready:
+                    return None
+                chunk = os.read(self._reply_fd, 65536)
+            except (OSError, ValueError):  # closed under us: the pool is stopping
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        hello = self.read_line(time.monotonic() + timeout)
+        if hello is None or not hello.get("ready"):
+            self.kill()
+            raise RuntimeError(f"{self.function}: function process {self.pid} did not start")
+        self.init_error = hello.get("init_error")
+
+    def send(self, request: dict[str, Any]) -> bool:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGKILL)
+        self.reap()
+
+    def close(self, grace: float = 2.0) -> None:
+        """Ask the process to exit (stdin EOF), then kill it if it does not."""
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.reap()
+
+    def reap(self) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        with contextlib.suppress(OSError, ValueError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        with contextlib.suppress(OSError):
+            os.close(self._reply_fd)
+        self._reply_fd = -1
+
+
+class FunctionPool:
+    """``size`` warm processes of one function; ``invoke`` waits for a free one."""
+
+    def __init__(
+        self,
+        *,
+        function: str,
+        handler: str,
+        env: Mapping[str, str],
+        timeout: float,
+        size: int = 1,
+        memory: int = 128,
+        output: IO[Any] | None = None,
+        on_invocation: Callable[[Invocation], None] | None = None,
+        on_change: Callable[[FunctionPool], None] | None = None,
+        history: int = 2000,
+    ) -> None:
+        if size < 1:
+            raise ValueError("a function pool needs at least one process")
+        self.function = function
+        self.handler = handler
+        self.env = dict(env)
+        self.timeout = float(timeout)
+        self.size = size
+        self.memory = memory
+        self._output = output
+        self._on_invocation = on_invocation
+        self._on_change = on_change
+        self._idle: queue.Queue[Runtime] = queue.Queue()
+        self._all: dict[int, Runtime] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self.invocations: deque[Invocation] = deque(maxlen=history)
+        self.replaced = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> FunctionPool:
+        runtimes = [self._spawn() for _ in range(self.size)]
+        try:
+            for rt in runtimes:
+                rt.wait_ready()
+        except BaseException:
+            for rt in runtimes:
+                rt.kill()
+            raise
+        for rt in runtimes:
+            self._register(rt)
+            self._idle.put(rt)
+        self._changed()
+        self._monitor = threading.Thread(target=self._watch, name=f"pool-{self.function}", daemon=True)
+        self._monitor.start()
+        return self
+
+    def stop(self) -> None:
+        self._closed.set()
+        with self._lock:
+            runtimes = list(self._all.values())
+            self._all.clear()
+        for rt in runtimes:
+            # A busy process is killed; an idle one is asked to leave.
+            rt.close(grace=1.0)
+        if self._monitor is not None:
+            self._monitor.join(timeout=5)
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._all)
+
+    # ------------------------------------------------------------ invoke
+
+    def invoke(self, event: Any, *, request_id: str | None = None, wait: float | None = None) -> Invocation:
+        request_id = request_id or str(uuid.uuid4())
+        rt = self._acquire(wait)
+        started = time.time()
+        t0 = time.monotonic()
+        timeout_ms = int(self.timeout * 1000)
+        outcome, result, error = "crash", None, None
+        healthy = False
+        if rt.send({"id": request_id, "event": event, "timeout_ms": timeout_ms}):
+            reply = rt.read_line(t0 + self.timeout)
+            if reply is not None and reply.get("id") == request_id:
+                healthy = True
+                if reply.get("error") is not None:
+                    outcome, error = "error", reply["error"]
+                else:
+                    outcome, result = "ok", reply.get("result")
+            elif reply is None and rt.alive() and time.monotonic() - t0 >= self.timeout:
+                outcome = "timeout"
+                error = {
+                    "errorType": "Sandbox.Timedout",
+                    "errorMessage": f"Task timed out after {self.timeout:.2f} seconds",
+                }
+        if outcome == "crash":
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                rt.proc.wait(timeout=2)  # EOF comes a moment before the exit status
+            code = rt.proc.returncode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+            error = {"errorType": "Runtime.ExitError", "errorMessage": f"function process {how}"}
+        inv = Invocation(
+            function=self.function,
+            request_id=request_id,
+            pid=rt.pid,
+            started_at=started,
+            duration_ms=round((time.monotonic() - t0) * 1000, 1),
+            outcome=outcome,
+            result=result,
+            error=error,
+        )
+        if healthy:
+            self._release(rt)
+        else:
+            self._replace(rt)
+        self.invocations.append(inv)
+        if self._on_invocation is not None:
+            self._on_invocation(inv)
+        return inv
+
+    # ------------------------------------------------------------ internals
+
+    def _spawn(self) -> Runtime:
+        return Runtime(
+            function=self.function, handler=self.handler, memory=self.memory, env=self.env, output=self._output
+        )
+
+    def _register(self, rt: Runtime) -> None:
+        # Only ready processes are listed: pids() is what a chaos kill may aim at.
+        with self._lock:
+            self._all[rt.pid] = rt
+
+    def _acquire(self, wait: float | None) -> Runtime:
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            if self._closed.is_set():
+                raise PoolClosed(self.function)
+            left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if left <= 0:
+                raise TimeoutError(f"{self.function}: no free function process")
+            try:
+                rt = self._idle.get(timeout=left)
+            except queue.Empty:
+                continue
+            if rt.alive():
+                return rt
+            self._replace(rt)  # died while idle (killed from outside)
+
+    def _release(self, rt: Runtime) -> None:
+        if self._closed.is_set():
+            rt.close(grace=1.0)
+        else:
+            self._idle.put(rt)
+
+    def _replace(self, rt: Runtime) -> None:
+        rt.kill()
+        with self._lock:
+            self._all.pop(rt.pid, None)
+        if self._closed.is_set():
+            return
+        self.replaced += 1
+        self._changed()  # the dead pid leaves the stack file at once
+        while not self._closed.is_set():
+            new = self._spawn()
+            try:
+                new.wait_ready()
+            except RuntimeError:
+                time.sleep(0.5)
+                continue
+            with self._lock:
+                closed = self._closed.is_set()
+                if not closed:
+                    self._all[new.pid] = new
+            if closed:
+                new.close(grace=1.0)
+                return
+            self._idle.put(new)
+            self._changed()
+            break
+
+    def _watch(self) -> None:
+        """Replace idle processes that died (a chaos kill while no invocation ran)."""
+        while not self._closed.wait(0.25):
+            dead: list[Runtime] = []
+            kept: list[Runtime] = []
+            while True:
+                try:
+                    rt = self._idle.get_nowait()
+                except queue.Empty:
+                    break
+                (kept if rt.alive() else dead).append(rt)
+            for rt in kept:
+                self._idle.put(rt)
+            for rt in dead:
+                self._replace(rt)
+
+    def _changed(self) -> None:
+        if self._on_change is not None and not self._closed.is_set():
+            self._on_change(self)
+
+
+def output_file(path: Path) -> IO[Any]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a", encoding="utf-8", buffering=1)

@@ -1,0 +1,59 @@
+"""``events/local-env.json``: `sam local invoke` pointed at a running `loom up`.
+
+SAM only overrides environment variables the template declares, which is why
+template.yaml declares AWS_ENDPOINT_URL (empty in AWS). The values here are
+what ``loom up`` creates on its default port, derived from the template:
+
+    python -m loom.local.samlocal [--endpoint http://127.0.0.1:5230] > events/local-env.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from loom.template import Template, function_environment
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:5230"
+ACCOUNT = "123456789012"
+
+
+def local_refs(template: Template, endpoint: str, region: str = "us-east-1") -> dict[str, Any]:
+    """The refs create_resources returns against moto at ``endpoint``, without asking moto."""
+    refs: dict[str, Any] = {**template.parameter_defaults(), "AWS::Region": region, "AWS::AccountId": ACCOUNT}
+    refs["AWS::StackName"] = f"loom-{refs.get('Stage', 'dev')}"
+    for logical_id, res in template.of_type("AWS::SQS::Queue").items():
+        name = str(template.resolve(res.get("Properties", {}).get("QueueName", logical_id), refs))
+        refs[logical_id] = f"{endpoint}/{ACCOUNT}/{name}"
+        refs[f"{logical_id}.Arn"] = f"arn:aws:sqs:{region}:{ACCOUNT}:{name}"
+        refs[f"{logical_id}.QueueName"] = name
+    for logical_id, res in template.of_type("AWS::DynamoDB::Table").items():
+        name = str(template.resolve(res["Properties"]["TableName"], refs))
+        refs[logical_id] = name
+        refs[f"{logical_id}.Arn"] = f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{name}"
+    return refs
+
+
+def env_vars(endpoint: str = DEFAULT_ENDPOINT, template: Template | None = None) -> dict[str, dict[str, str]]:
+    tpl = template or Template()
+    refs = local_refs(tpl, endpoint)
+    out = {}
+    for logical_id, spec in tpl.functions().items():
+        env = function_environment(spec, refs, tpl)
+        env["AWS_ENDPOINT_URL"] = endpoint
+        out[logical_id] = dict(sorted(env.items()))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loom.local.samlocal", description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="the emulator as the container reaches it")
+    args = parser.parse_args(argv)
+    sys.stdout.write(json.dumps(env_vars(args.endpoint), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,462 @@
+"""The local stack: template.yaml's resources in an emulator, its functions in local processes.
+
+    from loom.local.stack import LocalStack, StackOptions
+    with LocalStack(StackOptions(port=0, api_port=0, tick=1.0, state_dir=tmp)) as stack:
+        stack.api_url, stack.endpoint_url, stack.refs
+        stack.tick_sweeper(); stack.advance_time(3600)
+
+Everything the functions are comes from the template: handlers, timeouts,
+environments (Globals merged with the function's own, references resolved to
+the local resources), the SQS trigger's batch size and window, the schedule,
+the Function URL. ``loom up`` is a thin command line over this class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import boto3
+
+from engine.log import get_logger
+from loom import stackfile
+from loom.local import clock as offset_clock
+from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
+from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
+from loom.local.events import schedule_seconds, scheduled_event
+from loom.local.http import FunctionUrlServer
+from loom.local.pool import FunctionPool, Invocation, output_file
+from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
+from loom.template import load as load_template
+
+DEFAULT_PORT = 5230  # not LocalStack's 4566: both can run side by side
+DEFAULT_API_PORT = 5231
+REGION = "us-east-1"
+
+
+class FunctionFailed(RuntimeError):
+    """A function invocation the caller needed ended in error, crash or timeout."""
+
+    def __init__(self, invocation: Invocation) -> None:
+        self.invocation = invocation
+        err = invocation.error or {}
+        super().__init__(
+            f"{invocation.function} {invocation.outcome}: {err.get('errorType', '')} {err.get('errorMessage', '')}"
+        )
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    emulator: str = "embedded"  # embedded | localstack (aws has no local functions: see loom.local.aws)
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT  # the embedded emulator's port; 0 picks a free one
+    api_port: int = DEFAULT_API_PORT  # the control plane's port; 0 picks a free one
+    workers: int = 2  # worker processes (and SQS pollers): the function's concurrency
+    api_workers: int = 2
+    tick: float | None = None  # seconds between sweeper runs; None = the template's schedule
+    state_dir: Path | None = None  # None = $LOOM_STATE_DIR or ./.loom
+    env: Mapping[str, str] = field(default_factory=dict)  # extra env for every function
+    function_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per logical id
+    timeouts: Mapping[str, float] = field(default_factory=dict)  # Timeout overrides per logical id
+    queue_visibility_timeout: int | None = None  # override the template's (fast redelivery locally)
+    batch_size: int | None = None  # override the SQS trigger's BatchSize
+    batching_window: float | None = None  # override MaximumBatchingWindowInSeconds
+    parameters: Mapping[str, str] = field(default_factory=dict)  # template parameter overrides
+    region: str = REGION
+    endpoint_url: str | None = None  # LocalStack's endpoint (default http://localhost:4566)
+    template: Path = TEMPLATE
+    log_file: Path | None = None  # where function and emulator output goes; None = inherit stdout
+    write_stack_file: bool = True
+    sweeper: bool = True  # run the sweeper on its schedule (tick_sweeper() works either way)
+
+
+class _EndpointSession:
+    """A boto3 session whose clients all talk to the emulator (without touching os.environ)."""
+
+    def __init__(self, endpoint_url: str, region: str) -> None:
+        creds = fake_credentials(region)
+        self._session = boto3.session.Session(
+            aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=creds["AWS_SESSION_TOKEN"],
+            region_name=region,
+        )
+        self.endpoint_url = endpoint_url
+        self.region_name = region
+
+    def client(self, name: str, **kwargs: Any) -> Any:
+        return self._session.client(name, endpoint_url=self.endpoint_url, **kwargs)
+
+
+def _base_env() -> dict[str, str]:
+    # A Lambda's environment is not the developer's shell: only what a process needs to start.
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "COVERAGE_PROCESS_START")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["TZ"] = "UTC"
+    return env
+
+
+class LocalStack:
+    def __init__(self, options: StackOptions | None = None) -> None:
+        self.options = options or StackOptions()
+        if self.options.emulator not in ("embedded", "localstack"):
+            raise ValueError(
+                f"LocalStack runs functions against 'embedded' or 'localstack', not {self.options.emulator!r}"
+            )
+        self.state_dir = Path(self.options.state_dir or stackfile.state_dir()).resolve()
+        self.template = Template(None if self.options.template == TEMPLATE else load_template(self.options.template))
+        self.clock_offset_file = self.state_dir / offset_clock.FILENAME
+        self.refs: dict[str, Any] = {}
+        self.pools: dict[str, FunctionPool] = {}
+        self.api_url: str | None = None
+        self.endpoint_url: str | None = None
+        self.started_at: float | None = None
+        self._emulator: EmbeddedEmulator | LocalStackEmulator | None = None
+        self._esm: SqsEventSource | None = None
+        self._http: FunctionUrlServer | None = None
+        self._sweeper_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._file_lock = threading.Lock()
+        self._output: IO[Any] | None = None
+        self._session: _EndpointSession | None = None
+        self._envs: dict[str, dict[str, str]] = {}
+        self._roles: dict[str, str] = {}  # logical id -> worker | sweeper | api
+        self._tick_seconds: float | None = None
+        self._log = get_logger(component="stack")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalStack:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        opts = self.options
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
+        if opts.log_file is not None:
+            self._output = output_file(Path(opts.log_file))
+        emulator_log = self._output or output_file(self.state_dir / "emulator.log")
+        if opts.emulator == "embedded":
+            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log).start()
+        else:
+            self._emulator = LocalStackEmulator(opts.endpoint_url).start()
+        self.endpoint_url = self._emulator.endpoint_url
+        self._session = _EndpointSession(self.endpoint_url, opts.region)
+        self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
+        self._plan_functions()
+        self._apply_visibility_override()
+        self._start_pools()
+        self.started_at = time.time()
+        self._start_triggers()
+        self.write_stack_file()
+        self._log.info(
+            "stack.started",
+            emulator=opts.emulator,
+            aws_endpoint_url=self.endpoint_url,
+            control_plane_url=self.api_url,
+            table=self.refs.get("Table"),
+            worker_pids=self.worker_pids(),
+        )
+
+    def stop(self) -> None:
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._esm is not None:
+            self._esm.stop()
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                self._http.stop()
+        for pool in self.pools.values():
+            pool.stop()
+        if self._esm is not None:
+            self._esm.join()
+        if self._sweeper_thread is not None:
+            self._sweeper_thread.join(timeout=5)
+        if self._emulator is not None:
+            with contextlib.suppress(Exception):
+                self._emulator.stop()
+        if self.options.write_stack_file:
+            current = stackfile.read(self.state_dir)
+            if current is not None and current.get("supervisor_pid") == os.getpid():
+                stackfile.remove(self.state_dir)
+        if self._output is not None:
+            with contextlib.suppress(Exception):
+                self._output.close()
+        self._log.info("stack.stopped")
+
+    # ------------------------------------------------------------------ functions
+
+    def _function_spec(self, logical_id: str) -> FunctionSpec:
+        return self.template.functions()[logical_id]
+
+    def _plan_functions(self) -> None:
+        opts = self.options
+        for logical_id, spec in self.template.functions().items():
+            props = self.template.resources[logical_id].get("Properties", {})
+            kinds = {e.get("Type") for e in spec.events.values()}
+            if "SQS" in kinds:
+                self._roles[logical_id] = "worker"
+            elif "Schedule" in kinds:
+                self._roles[logical_id] = "sweeper"
+            elif "FunctionUrlConfig" in props:
+                self._roles[logical_id] = "api"
+            else:
+                continue
+            name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
+            env = _base_env()
+            env.update(function_environment(spec, self.refs, self.template))
+            env.update(fake_credentials(opts.region))
+            env.update(
+                {
+                    "AWS_ENDPOINT_URL": self.endpoint_url or "",
+                    "LOOM_CLOCK_OFFSET_FILE": str(self.clock_offset_file),
+                    "AWS_LAMBDA_FUNCTION_NAME": name,
+                    "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
+                    "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{name}",
+                    "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
+                    "LAMBDA_TASK_ROOT": str(ROOT),
+                }
+            )
+            if self._roles[logical_id] == "worker" and opts.queue_visibility_timeout is not None:
+                # Keep the template's relation: the heartbeat extends to the queue's timeout, 12 beats a timeout.
+                env["LOOM_VISIBILITY_TIMEOUT"] = str(opts.queue_visibility_timeout)
+                env["LOOM_HEARTBEAT_SECONDS"] = str(max(1.0, opts.queue_visibility_timeout / 12))
+            env.update(opts.env)
+            env.update(opts.function_env.get(logical_id, {}))
+            self._envs[logical_id] = env
+
+    def _queue_of(self, event_props: Mapping[str, Any]) -> str:
+        """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
+        target = event_props.get("Queue")
+        if isinstance(target, dict) and "Fn::GetAtt" in target:
+            return target["Fn::GetAtt"][0]
+        arn = self.template.resolve(target, self.refs)
+        for key, value in self.refs.items():
+            if key.endswith(".Arn") and value == arn:
+                return key[: -len(".Arn")]
+        raise KeyError(f"SQS event names a queue that is not in the template: {target!r}")
+
+    def _sqs_event(self, logical_id: str) -> dict[str, Any]:
+        spec = self._function_spec(logical_id)
+        return next(e["Properties"] for e in spec.events.values() if e.get("Type") == "SQS")
+
+    def _apply_visibility_override(self) -> None:
+        vt = self.options.queue_visibility_timeout
+        if vt is None or self._session is None:
+            return
+        sqs = self._session.client("sqs")
+        for logical_id, role in self._roles.items():
+            if role == "worker":
+                queue = self._queue_of(self._sqs_event(logical_id))
+                sqs.set_queue_attributes(QueueUrl=self.refs[queue], Attributes={"VisibilityTimeout": str(vt)})
+
+    def _timeout(self, logical_id: str) -> float:
+        return float(self.options.timeouts.get(logical_id, self._function_spec(logical_id).timeout))
+
+    def _start_pools(self) -> None:
+        sizes = {"worker": self.options.workers, "sweeper": 1, "api": self.options.api_workers}
+        for logical_id, role in self._roles.items():
+            spec = self._function_spec(logical_id)
+            self.pools[logical_id] = FunctionPool(
+                function=logical_id,
+                handler=spec.handler,
+                env=self._envs[logical_id],
+                timeout=self._timeout(logical_id),
+                size=max(1, sizes[role]),
+                memory=spec.memory,
+                output=self._output,
+                on_invocation=self._logged,
+                on_change=self._pool_changed,
+            )
+        with ThreadPoolExecutor(max_workers=max(1, len(self.pools))) as ex:
+            list(ex.map(lambda p: p.start(), self.pools.values()))
+
+    def _start_triggers(self) -> None:
+        opts = self.options
+        assert self._session is not None
+        for logical_id, role in self._roles.items():
+            if role == "worker":
+                props = self._sqs_event(logical_id)
+                queue = self._queue_of(props)
+                self._esm = SqsEventSource(
+                    self._session.client("sqs"),
+                    self.pools[logical_id],
+                    EsmConfig(
+                        queue_url=self.refs[queue],
+                        queue_arn=self.refs[f"{queue}.Arn"],
+                        region=opts.region,
+                        batch_size=int(opts.batch_size or props.get("BatchSize", 10)),
+                        batching_window=float(
+                            opts.batching_window
+                            if opts.batching_window is not None
+                            else props.get("MaximumBatchingWindowInSeconds", 0)
+                        ),
+                        report_batch_item_failures="ReportBatchItemFailures"
+                        in (props.get("FunctionResponseTypes") or []),
+                    ),
+                    on_batch=self._batch_logged,
+                ).start()
+            elif role == "api":
+                self._http = FunctionUrlServer(self.pools[logical_id], opts.host, opts.api_port).start()
+                self.api_url = self._http.url
+            elif role == "sweeper":
+                schedule = next(e["Properties"] for e in self._function_spec(logical_id).events.values())
+                self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
+                if opts.sweeper and schedule.get("Enabled", True):
+                    self._sweeper_thread = threading.Thread(
+                        target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
+                    )
+                    self._sweeper_thread.start()
+
+    def _sweeper_id(self) -> str:
+        for logical_id, role in self._roles.items():
+            if role == "sweeper":
+                return logical_id
+        raise KeyError("the template has no scheduled function")
+
+    def _rule_arn(self, logical_id: str) -> str:
+        stack = self.refs.get("AWS::StackName")
+        return f"arn:aws:events:{self.options.region}:123456789012:rule/{stack}-{logical_id}Tick"
+
+    def _sweep_forever(self, logical_id: str) -> None:
+        assert self._tick_seconds is not None
+        while not self._stopping.wait(self._tick_seconds):
+            with contextlib.suppress(Exception):
+                self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
+
+    # ------------------------------------------------------------------ logging and the stack file
+
+    def _logged(self, inv: Invocation) -> None:
+        fields: dict[str, Any] = {
+            "function": inv.function,
+            "request_id": inv.request_id,
+            "pid": inv.pid,
+            "duration_ms": inv.duration_ms,
+            "outcome": inv.outcome,
+        }
+        if inv.error:
+            fields["error_type"] = inv.error.get("errorType")
+            fields["error_message"] = str(inv.error.get("errorMessage", ""))[:500]
+        if inv.outcome == "ok" and isinstance(inv.result, dict) and "batchItemFailures" in inv.result:
+            fields["batch_item_failures"] = len(inv.result.get("batchItemFailures") or [])
+        (self._log.info if inv.outcome == "ok" else self._log.warning)("invocation", **fields)
+
+    def _batch_logged(self, batch: BatchOutcome) -> None:
+        self._log.debug(
+            "esm.batch",
+            request_id=batch.invocation.request_id,
+            received=batch.received,
+            deleted=batch.deleted,
+            kept=batch.kept,
+        )
+
+    def _pool_changed(self, pool: FunctionPool) -> None:
+        if self.started_at is not None and not self._stopping.is_set():
+            self.write_stack_file()
+            if self._roles.get(pool.function) == "worker":
+                self._log.info("pool.changed", function=pool.function, pids=pool.pids(), replaced=pool.replaced)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {
+            "emulator": self.options.emulator,
+            "region": self.options.region,
+            "aws_endpoint_url": self.endpoint_url,
+            "control_plane_url": self.api_url,
+            "table": self.refs.get("Table"),
+            "queue_url": self.refs.get("StepQueue"),
+            "dlq_url": self.refs.get("DeadLetterQueue"),
+            "clock_offset_file": str(self.clock_offset_file),
+            "supervisor_pid": os.getpid(),
+            "worker_pids": self.worker_pids(),
+            "started_at": self.started_at,
+            # Beyond the contract: everything else a tool may want to find.
+            "function_pids": {k: p.pids() for k, p in self.pools.items()},
+            "emulator_pid": getattr(self._emulator, "pid", None),
+            "state_dir": str(self.state_dir),
+            "sweeper_tick_seconds": self._tick_seconds,
+            "refs": {k: v for k, v in self.refs.items() if isinstance(v, (str, int, float))},
+            "python": sys.executable,
+        }
+
+    def write_stack_file(self) -> None:
+        if not self.options.write_stack_file:
+            return
+        with self._file_lock:
+            stackfile.write(self.info, self.state_dir)
+
+    # ------------------------------------------------------------------ the API tools use
+
+    def function_env(self, logical_id: str) -> dict[str, str]:
+        """The exact environment a function's processes get (to call its handler in-process)."""
+        return dict(self._envs[logical_id])
+
+    def client(self, service: str, **kwargs: Any) -> Any:
+        """A boto3 client for the emulator (fake credentials, no global environment touched)."""
+        if self._session is None:
+            raise EmulatorError("the stack is not started")
+        return self._session.client(service, **kwargs)
+
+    def worker_pids(self) -> list[int]:
+        workers = [lid for lid, role in self._roles.items() if role == "worker" and lid in self.pools]
+        return [pid for lid in workers for pid in self.pools[lid].pids()]
+
+    def invocations(self, function: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Recent invocation records, oldest first: function, request_id, pid, duration_ms, outcome, error."""
+        out: list[Invocation] = []
+        for logical_id, pool in self.pools.items():
+            if function is None or function == logical_id:
+                out.extend(list(pool.invocations))
+        out.sort(key=lambda inv: inv.started_at)
+        if limit is not None:
+            out = out[-limit:]
+        return [inv.record() for inv in out]
+
+    def invoke(self, logical_id: str, event: Any) -> Invocation:
+        """Invoke one of the stack's functions directly (as ``aws lambda invoke`` would)."""
+        return self.pools[logical_id].invoke(event)
+
+    def tick_sweeper(self) -> dict[str, Any]:
+        """Run one sweeper invocation now, with a real scheduled event; its sweep report."""
+        logical_id = self._sweeper_id()
+        inv = self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
+        if inv.outcome != "ok":
+            raise FunctionFailed(inv)
+        return inv.result
+
+    def advance_time(self, seconds: float) -> float:
+        """Move every function's clock forward; the new offset in seconds."""
+        return offset_clock.advance(self.clock_offset_file, seconds)
+
+    def reset_time(self) -> float:
+        return offset_clock.reset(self.clock_offset_file)
+
+    def time_offset(self) -> float:
+        return offset_clock.read_offset(self.clock_offset_file)

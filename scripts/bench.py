@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""What a Loom step costs: AWS requests, DynamoDB capacity units, time; chained and one step per message.
+
+Runs on the embedded emulator (moto's server in a child process) with the worker
+and sweeper handlers in this process, fed by the local stack's SQS event source
+emulator, and counts every request with botocore's event hooks. Prints tables;
+--json writes everything measured.
+
+    .venv/bin/python scripts/bench.py                  # 200 executions x 10 steps, ~5-10 minutes
+    .venv/bin/python scripts/bench.py --quick --json bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import moto
+
+from loom.bench import scenarios
+from loom.bench.inprocess import BenchStack
+from loom.bench.projection import project
+from loom.bench.report import render
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--executions", "-n", type=int, default=200, help="executions per mode (default 200)")
+    p.add_argument("--steps", type=int, default=10, help="steps per execution (default 10: the pipeline workflow)")
+    p.add_argument("--workers", type=int, default=2, help="concurrent worker invocations (default 2)")
+    p.add_argument("--modes", default="chain,one_step", help="comma-separated: chain, one_step")
+    p.add_argument("--sweep-sizes", default="10,1000,10000", help="sleeping executions per sweeper measurement")
+    p.add_argument("--tick", type=float, default=10.0, help="wall seconds between sweeper ticks during runs")
+    p.add_argument("--idle-pollers", type=int, default=2, help="SQS pollers Lambda keeps on an idle queue")
+    p.add_argument("--batching-window", type=float, default=None, help="override the trigger's batching window")
+    p.add_argument("--timeout", type=float, default=600.0, help="give up on a mode after this many seconds")
+    p.add_argument("--quick", action="store_true", help="CI-sized: 20 executions, sweeper at 10/100/1000")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--state-dir", type=Path, help="where the emulator's log goes (default: a temp dir)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.executions = min(args.executions, 20)
+        args.sweep_sizes = "10,100,1000"
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ("chain", "one_step")]
+    if bad or not modes:
+        p.error(f"--modes takes chain and/or one_step, not {bad or args.modes!r}")
+    args.mode_list = modes
+    try:
+        args.sizes = sorted({int(s) for s in args.sweep_sizes.split(",") if s.strip()})
+    except ValueError:
+        p.error("--sweep-sizes is a comma-separated list of integers")
+    if args.executions < 1 or args.steps < 1 or args.workers < 1:
+        p.error("--executions, --steps and --workers must be at least 1")
+    if any(s < 10 for s in args.sizes):
+        p.error("--sweep-sizes must each be at least 10 (10 of them are due)")
+    return args
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    state = args.state_dir or Path(tempfile.mkdtemp(prefix="loom-bench-"))
+    started = time.time()
+    with BenchStack(workers=args.workers, state_dir=state, batching_window=args.batching_window) as stack:
+        runs = [
+            scenarios.run_engine(
+                stack,
+                chain=(mode == "chain"),
+                n=args.executions,
+                steps=args.steps,
+                tick=args.tick,
+                timeout=args.timeout,
+            )
+            for mode in args.mode_list
+        ]
+        floor = scenarios.run_floor(stack, n=args.executions, steps=args.steps, workers=args.workers)
+        crash_step = max(0, min(args.steps - 2, args.steps // 2))
+        recovery = [
+            scenarios.recovery(stack, chain=(mode == "chain"), steps=args.steps, crash_step=crash_step, tick=60.0)
+            for mode in args.mode_list
+        ]
+        sweeper = scenarios.sweeper_cost(stack, sizes=args.sizes)
+        sweeper_invocations = stack.sweeper.invocations if stack.sweeper else []
+        sweeper_seconds = (
+            sum(int(i.duration_ms) + 1 for i in sweeper_invocations) / 1000 / max(1, len(sweeper_invocations))
+        )
+        sweeper_memory = stack.sweeper.memory if stack.sweeper else 256
+    idle = sweeper[0]
+    projection = [
+        project(
+            r,
+            sweeper_idle=idle,
+            sweeper_seconds_per_tick=sweeper_seconds,
+            sweeper_memory_mb=sweeper_memory,
+            idle_pollers=args.idle_pollers,
+        )
+        for r in runs
+    ]
+    overhead = []
+    floor_req = floor["totals"]["dynamodb_requests_per_step"] + floor["totals"]["sqs_requests_per_step"]
+    floor_wcu = sum(v for k, v in floor["totals"]["wcu_per_step"].items() if k != "moto")
+    for r in runs:
+        t = r["totals"]
+        overhead.append(
+            {
+                "mode": r["mode"],
+                "requests": (t["dynamodb_requests_per_step"] + t["sqs_requests_per_step"]) / floor_req,
+                "wcu": sum(v for k, v in t["wcu_per_step"].items() if k != "moto") / floor_wcu,
+                "time": floor["steps_per_second"] / r["steps_per_second"],
+            }
+        )
+    checks = []
+    for r, p in zip(runs, projection, strict=True):
+        if r["mode"] != "chain":
+            continue
+        t = r["totals"]
+        checks += [
+            {
+                # Empty receives are the pollers idling (a fixed monthly cost in the projection).
+                "check": "chain: SQS requests per step <= 1 (empty receives apart)",
+                "value": t["sqs_requests_per_step_without_empty_receives"],
+                "met": t["sqs_requests_per_step_without_empty_receives"] <= 1,
+            },
+            {
+                "check": "chain: worker's DynamoDB write units per step <= 2",
+                "value": t["worker_wcu_table_per_step"],
+                "met": t["worker_wcu_table_per_step"] <= 2,
+            },
+            {
+                "check": "chain: steps a month in the free tier >= 1M",
+                "value": p["steps_per_month"],
+                "met": p["steps_per_month"] >= 1_000_000,
+            },
+        ]
+    for r in runs:
+        checks.append(
+            {
+                "check": f"{r['mode']}: every execution completed",
+                "value": f"{r['completed_executions']}/{r['executions']}",
+                "met": r["completed_executions"] == r["executions"],
+            }
+        )
+    for rec in recovery:
+        checks.append(
+            {
+                "check": f"{rec['mode']}: recovered after the crash",
+                "value": rec["engine_seconds"],
+                "met": rec["recovered"],
+            }
+        )
+    return {
+        "machine": {
+            "nproc": os.cpu_count(),
+            "python": platform.python_version(),
+            "moto": moto.__version__,
+            "platform": platform.platform(),
+            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+            "load_average": os.getloadavg(),
+            "total_seconds": time.time() - started,
+        },
+        "parameters": {
+            "executions": args.executions,
+            "steps": args.steps,
+            "workers": args.workers,
+            "sweeper_tick_during_runs": args.tick,
+            "idle_pollers": args.idle_pollers,
+            "sweep_sizes": args.sizes,
+        },
+        "runs": runs,
+        "floor": floor,
+        "sweeper": sweeper,
+        "recovery": recovery,
+        "projection": projection,
+        "overhead": overhead,
+        "checks": checks,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    result = run(args)
+    result["machine"]["total_seconds"] = round(result["machine"]["total_seconds"], 1)
+    print(render(result))
+    print(f"\ntotal: {result['machine']['total_seconds']} s")
+    if args.json:
+        args.json.write_text(scenarios.dumps(result), encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0 if all(c["met"] for c in result["checks"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""One chaos stack (embedded emulator, throttling proxy, crash hook) shared by the scenario tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from chaos.target import Target
+
+
+@pytest.fixture(scope="module")
+def chaos_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    from chaos.stackctl import chaos_stack
+    from engine.log import configure
+
+    configure(os.environ.get("LOOM_TEST_LOG_LEVEL", "WARNING"))
+    with chaos_stack(state_dir=tmp_path_factory.mktemp("chaos-stack"), workers=3) as target:
+        yield target

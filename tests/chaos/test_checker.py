@@ -1,0 +1,115 @@
+"""The invariant checker must be able to fail: feed it broken histories and see the violations."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.invariants import Expect, Snapshot, check_execution, check_versions, minimum_transitions
+from engine.state import Attempt, Execution, Status, StepRecord, StepStatus
+
+pytestmark = pytest.mark.chaos
+
+EID = "chaos-unit-1"
+
+
+def done(i: int, *attempts: Attempt, result: dict | None = None) -> StepRecord:
+    return StepRecord(
+        EID,
+        i,
+        f"s{i}",
+        StepStatus.COMPLETED,
+        tuple(attempts),
+        result if result is not None else {f"s{i}_key": f"{EID}:{i}"},
+    )
+
+
+def ok(n: int = 1) -> Attempt:
+    return Attempt(n, 1.0, 2.0, "completed")
+
+
+def completed_execution(steps: int = 3, version: int | None = None) -> Execution:
+    context: dict = {"x": 1}
+    for i in range(steps):
+        context[f"s{i}_key"] = f"{EID}:{i}"
+    return Execution(EID, "w", Status.COMPLETED, steps, version or steps + 1, {"x": 1}, context, 0.0, 1.0)
+
+
+def ledger(steps: int = 3, **override: dict) -> dict:
+    rows = {f"{EID}:{i}": {"effect": {"kind": "k"}, "runs": 1, "duplicates": 0} for i in range(steps)}
+    rows.update(override)
+    return rows
+
+
+def snap(version: int, step: int, status: str = "RUNNING", t: float = 0.0) -> Snapshot:
+    return Snapshot(version, status, step, 1, 0, 100.0, t)
+
+
+def test_a_clean_run_passes() -> None:
+    history = [done(i, ok()) for i in range(3)]
+    trail = [snap(1, 0), snap(2, 1), snap(3, 2)]
+    report = check_execution(completed_execution(), history, ledger(), trail, Expect())
+    assert report.ok, report.violations
+    assert report.transitions_accounted == 4 and report.extra_writes == 0
+
+
+def test_double_commit_is_a_violation() -> None:
+    history = [done(0, ok()), done(1, ok(1), Attempt(1, 1.5, 2.5, "completed")), done(2, ok())]
+    report = check_execution(completed_execution(), history, ledger(), [], Expect())
+    assert any("2 committed results" in v for v in report.violations)
+
+
+def test_version_gap_that_skips_a_step_is_a_violation() -> None:
+    assert any("transition skipped" in v for v in check_versions([snap(2, 0), snap(3, 2)], None))
+
+
+def test_version_going_backwards_or_naming_two_states_is_a_violation() -> None:
+    assert any("backwards" in v for v in check_versions([snap(5, 2), snap(4, 2)], None))
+    assert any("two different states" in v for v in check_versions([snap(3, 1), snap(3, 2)], None))
+
+
+def test_final_version_below_the_accounted_transitions_is_a_violation() -> None:
+    history = [done(i, ok()) for i in range(3)]
+    report = check_execution(completed_execution(version=2), history, ledger(), [], Expect())
+    assert any("below the 4 transitions" in v for v in report.violations)
+
+
+def test_missing_or_foreign_effect_is_a_violation() -> None:
+    history = [done(i, ok()) for i in range(3)]
+    rows = ledger()
+    del rows[f"{EID}:1"]
+    report = check_execution(completed_execution(), history, rows, [], Expect())
+    assert any("never landed" in v for v in report.violations)
+    rows = ledger(**{f"{EID}:2": {"effect": {"k": 1}, "runs": 1, "duplicates": 1}})
+    report = check_execution(completed_execution(), history, rows, [], Expect())
+    assert any("applied 2 times in 1 run" in v for v in report.violations)
+
+
+def test_context_that_disagrees_with_the_committed_results_is_a_violation() -> None:
+    history = [done(0, ok()), done(1, ok(), result={"s1_key": "someone-else"}), done(2, ok())]
+    report = check_execution(completed_execution(), history, ledger(), [], Expect(effectful=False))
+    assert any("context is not its input merged" in v for v in report.violations)
+
+
+def test_wrong_terminal_state_and_stuck_executions_are_violations() -> None:
+    history = [done(0, ok())]
+    running = Execution(
+        EID, "w", Status.RUNNING, 1, 3, {"x": 1}, {"x": 1, "s0_key": f"{EID}:0"}, 0.0, 1.0, next_wake_at=50.0
+    )
+    report = check_execution(running, history, ledger(1), [], Expect(), now=100.0, tolerance=5)
+    assert any("ended RUNNING, expected COMPLETED" in v for v in report.violations)
+    assert any("overdue" in v for v in report.violations)
+
+
+def test_failed_execution_needs_its_error_recorded() -> None:
+    failed = Execution(EID, "w", Status.FAILED, 0, 3, {}, {}, 0.0, 1.0, error=None)
+    record = StepRecord(
+        EID,
+        0,
+        "s0",
+        StepStatus.FAILED,
+        (Attempt(1, 1, 2, "failed", {"type": "X"}, 0.5), Attempt(2, 3, 4, "failed", {"type": "X"})),
+        error={"type": "X"},
+    )
+    report = check_execution(failed, [record], {}, [], Expect(status="FAILED"))
+    assert report.violations == ["FAILED without an error on the execution"]
+    assert minimum_transitions(failed, [record]) == 3

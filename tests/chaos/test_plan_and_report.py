@@ -1,0 +1,73 @@
+"""Soak plans are reproducible; reports render; the throttling proxy speaks AWS's error shapes."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from chaos.report import render_table, to_json, write_junit
+from chaos.scenario import FAIL, SKIP, Result
+from chaos.soak import TIMED_KINDS, make_plan
+from chaos.throttle import ThrottleProxy
+
+pytestmark = pytest.mark.chaos
+
+
+def test_same_seed_same_plan_and_different_seed_different_plan() -> None:
+    a, b, c = make_plan(100, 7), make_plan(100, 7), make_plan(100, 8)
+    assert a == b and a.digest == b.digest
+    assert a.digest != c.digest
+    kinds = {f.kind for f in a.faults}
+    assert kinds == set(TIMED_KINDS)
+    assert sum(f.kind == "purge" for f in a.faults) == 1
+    assert {k for e in a.executions for k in e.knobs} == {
+        "crash_in_step",
+        "crash_after_checkpoint",
+        "transient_failure",
+    }
+
+
+def test_table_json_and_junit(tmp_path) -> None:
+    results = [
+        Result("duplicate_delivery", "copies", "9 copies", "all stale", "3 checked", "PASS", 1.5),
+        Result("throttling", "throttle", status=SKIP, reason="throttle: no proxy"),
+        Result("crash_mid_step", "kill", status=FAIL, violations=["x: ran 3 times", "y"]),
+    ]
+    table = render_table(results)
+    assert "duplicate_delivery" in table and "1 passed, 1 failed, 1 skipped" in table
+    assert "x: ran 3 times (+1 more)" in table
+    assert '"ok": false' in to_json(results)
+    root = ET.parse(write_junit(results, tmp_path / "j.xml")).getroot()
+    suite = root.find("testsuite")
+    assert suite.get("tests") == "3" and suite.get("failures") == "1" and suite.get("skipped") == "1"
+
+
+@pytest.mark.parametrize(
+    ("service", "codes"),
+    [("dynamodb", {"ProvisionedThroughputExceededException", "ThrottlingException"}), ("sqs", {"RequestThrottled"})],
+)
+def test_proxy_answers_with_real_throttling_shapes(service: str, codes: set[str]) -> None:
+    with ThrottleProxy("http://127.0.0.1:9", seed=3) as proxy:
+        proxy.throttle(1.0, 30)
+        client = boto3.session.Session(region_name="us-east-1").client(
+            service, endpoint_url=proxy.url, config=Config(retries={"mode": "standard", "max_attempts": 2})
+        )
+        seen, calls = set(), 0
+        for _ in range(6):
+            with pytest.raises(ClientError) as info:
+                if service == "dynamodb":
+                    client.get_item(TableName="t", Key={"PK": {"S": "a"}})
+                else:
+                    client.send_message(QueueUrl=f"{proxy.url}/123456789012/q", MessageBody="x")
+            assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+            # botocore took it for throttling and retried it.
+            retries = info.value.response["ResponseMetadata"]["RetryAttempts"]
+            assert retries >= 1
+            calls += retries + 1
+            seen.add(info.value.response["Error"]["Code"])
+        assert seen <= codes and seen
+        assert sum(proxy.throttled.values()) == calls

@@ -1,0 +1,21 @@
+"""A soak of 100 executions with every fault mixed in: zero invariant violations."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.soak import make_plan, run_soak
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def test_soak_100_executions_has_no_violations(tmp_path) -> None:
+    from chaos.stackctl import chaos_stack
+
+    with chaos_stack(state_dir=tmp_path, workers=3) as target:
+        summary = run_soak(target, 100, seed=11)
+    assert summary.digest == make_plan(100, 11).digest
+    assert summary.violations == []
+    assert summary.statuses == {"COMPLETED": 100}
+    assert sum(summary.injected.values()) >= 20 and not summary.skipped
+    assert summary.recovery_p99 is not None

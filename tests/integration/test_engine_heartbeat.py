@@ -1,0 +1,68 @@
+"""The visibility heartbeat: a step longer than the visibility timeout keeps its message hidden."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine import Heartbeat, Registry, process_batch
+from tests.integration.engine_support import add_workflow, build_rig, sqs_record
+
+pytestmark = pytest.mark.integration
+
+
+def test_heartbeat_extends_visibility_while_a_long_step_runs(aws, make_engine, clock):
+    beat = threading.Event()
+    reg = Registry()
+
+    def long_step(ctx):
+        # The step lasts until the heartbeat has extended the message at least once.
+        assert beat.wait(timeout=10), "no heartbeat while the step ran"
+        return {"long": "done"}
+
+    add_workflow(reg, "long", [long_step])
+    rig = build_rig(aws, make_engine, clock, reg)
+    rig.queue.on_change_visibility = lambda receipt, timeout: beat.set()
+    rig.engine.start("long", {}, execution_id="long")
+    # Received with no visibility at all: without a heartbeat anyone could take it meanwhile.
+    (message,) = aws["sqs"].receive_message(
+        QueueUrl=aws["StepQueue"], VisibilityTimeout=0, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    event = {"Records": [sqs_record(message, aws["StepQueue.Arn"])]}
+    response = process_batch(rig.engine, event, heartbeat_interval=0.02, visibility_timeout=77)
+    assert response == {"batchItemFailures": []}
+    assert rig.engine.get("long").status.value == "COMPLETED"
+    assert rig.queue.visibility_changes and set(rig.queue.visibility_changes) == {(message["ReceiptHandle"], 77)}
+    # The extension took effect in SQS: the message is hidden, not back in the queue.
+    assert aws["sqs"].receive_message(QueueUrl=aws["StepQueue"], WaitTimeSeconds=0).get("Messages") is None
+
+
+def test_heartbeat_stops_extending_finished_messages(aws, make_engine, clock):
+    rig = build_rig(aws, make_engine, clock, Registry())
+    for body in ("a", "b"):
+        aws["sqs"].send_message(QueueUrl=aws["StepQueue"], MessageBody=body)
+    received = aws["sqs"].receive_message(QueueUrl=aws["StepQueue"], MaxNumberOfMessages=10)["Messages"]
+    receipts = {m["Body"]: m["ReceiptHandle"] for m in received}
+    assert set(receipts) == {"a", "b"}
+    second_beat = threading.Event()
+    seen: list[str] = []
+
+    def on_beat(message_id: str) -> None:
+        seen.append(message_id)
+        if seen.count("b") >= 2:
+            second_beat.set()
+
+    hb = Heartbeat(rig.queue, receipts, interval=0.01, extend_to=30, on_beat=on_beat)
+    hb.done("a")  # finished before the first beat
+    with hb:
+        assert second_beat.wait(timeout=10)
+    assert "a" not in seen and hb.beats >= 2
+    assert {r for r, _ in rig.queue.visibility_changes} == {receipts["b"]}
+
+
+def test_no_heartbeat_thread_without_an_interval(aws, make_engine, clock):
+    rig = build_rig(aws, make_engine, clock, Registry())
+    with Heartbeat(rig.queue, {"a": "r"}, interval=0, extend_to=30) as hb:
+        pass
+    assert hb.beats == 0 and rig.queue.visibility_changes == []

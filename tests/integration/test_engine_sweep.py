@@ -1,0 +1,131 @@
+"""The sweeper: cost bounded by due executions, and one execution's trouble does not stall the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Execution, Registry, Status, sleep
+from tests.integration.engine_support import Recorder, add_workflow, build_rig
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rec():
+    return Recorder()
+
+
+@pytest.fixture
+def reg(rec):
+    reg = Registry()
+    add_workflow(reg, "nap", [sleep(days=1), rec.step("after")])
+    add_workflow(reg, "two", [rec.step("a"), rec.step("b")])
+    return reg
+
+
+@pytest.fixture
+def rig(aws, make_engine, clock, reg):
+    return build_rig(aws, make_engine, clock, reg)
+
+
+def seed_sleepers(rig, count: int, wake_in: float, prefix: str) -> None:
+    """Many executions written straight to the store: quicker than starting each one."""
+    now = rig.clock.now()
+    for i in range(count):
+        rig.store.inner.create_execution(
+            Execution(
+                id=f"{prefix}{i}",
+                workflow="nap",
+                status=Status.SLEEPING,
+                current_step=0,
+                version=1,
+                input={},
+                context={},
+                created_at=now,
+                updated_at=now,
+                next_wake_at=now + wake_in,
+            )
+        )
+
+
+class QueryMeter:
+    """Counts DynamoDB Query calls and the items they read, from botocore's own events."""
+
+    def __init__(self, client) -> None:
+        self.queries = 0
+        self.items_read = 0
+        client.meta.events.register("after-call.dynamodb.Query", self._seen)
+
+    def _seen(self, parsed, **_kwargs) -> None:
+        self.queries += 1
+        self.items_read += parsed.get("ScannedCount", parsed.get("Count", 0))
+
+
+def sweep_cost(rig, aws, not_due: int) -> tuple[int, int, int]:
+    seed_sleepers(rig, not_due, wake_in=10 * 86400, prefix=f"idle{not_due}-")
+    meter = QueryMeter(aws["dynamodb"])
+    gets_before = rig.store.calls["get_execution"]
+    report = rig.engine.sweep()
+    assert report.woken == 5
+    return meter.queries, meter.items_read, rig.store.calls["get_execution"] - gets_before
+
+
+def test_sweep_cost_grows_with_due_executions_not_table_size(aws, make_engine, clock, reg):
+    costs = []
+    for not_due in (10, 300):
+        rig = build_rig(aws, make_engine, clock, reg)
+        seed_sleepers(rig, 5, wake_in=-1, prefix=f"due{not_due}-")
+        costs.append(sweep_cost(rig, aws, not_due))
+        # Those five are awake now; the next round seeds five fresh due ones.
+    small, large = costs
+    assert small == large == (4, 5, 5), "one query per shard, and only the due items read"
+
+
+def test_sweep_reads_nothing_for_a_table_of_idle_executions(rig, aws):
+    seed_sleepers(rig, 200, wake_in=86400, prefix="idle-")
+    meter = QueryMeter(aws["dynamodb"])
+    report = rig.engine.sweep()
+    assert (report.due, meter.queries, meter.items_read) == (0, rig.engine.config.shards, 0)
+    assert rig.store.calls["get_execution"] == 0
+
+
+def test_a_transient_error_on_one_execution_does_not_stall_the_sweep(rig):
+    rig.queue.fail_sends = 3  # three starts whose first message is lost
+    for i in range(3):
+        rig.engine.start("two", {}, execution_id=f"t{i}")
+    rig.clock.advance(2 * rig.engine.config.lease_seconds)
+    rig.store.fail_get = lambda execution_id: execution_id == "t1"
+    report = rig.engine.sweep()
+    assert report.redriven == 2 and report.errors == 1
+    assert sorted(s.message.execution_id for s in rig.queue.sent) == ["t0", "t2"]
+    rig.store.fail_get = None
+    assert rig.engine.sweep().redriven == 1, "the one that failed is still due"
+    rig.driver.pump()
+    assert [rig.status(f"t{i}") for i in range(3)] == ["COMPLETED"] * 3
+
+
+def test_a_failed_send_in_the_sweep_is_reported_and_recovered_after_the_lease(rig):
+    rig.queue.fail_sends = 1
+    rig.engine.start("two", {}, execution_id="s")
+    rig.clock.advance(2 * rig.engine.config.lease_seconds)
+    rig.queue.fail_sends = 1
+    report = rig.engine.sweep()
+    assert report.redriven == 1 and report.errors == 1
+    ex = rig.engine.get("s")
+    assert ex.status is Status.RUNNING and ex.next_wake_at > rig.clock.now()
+    rig.clock.set(ex.next_wake_at)
+    assert rig.engine.sweep().redriven == 1
+    rig.driver.pump()
+    assert rig.status("s") == "COMPLETED"
+
+
+def test_a_terminal_execution_left_in_the_due_index_is_cleaned_up(rig):
+    now = rig.clock.now()
+    rig.store.inner.create_execution(
+        Execution("stray", "two", Status.COMPLETED, 2, 1, {}, {}, now, now, next_wake_at=now - 1)
+    )
+    report = rig.engine.sweep()
+    assert report.due == 1 and report.redriven == 0
+    ex = rig.engine.get("stray")
+    assert ex.status is Status.COMPLETED and ex.next_wake_at is None
+    assert rig.engine.sweep().due == 0

@@ -1,0 +1,344 @@
+"""Stateful property test: random interleavings of deliveries, duplicates, worker deaths,
+sweeps and clock jumps against the engine on moto's DynamoDB.
+
+The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
+that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
+conditional writes are what the invariants are about.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from moto import mock_aws
+
+from engine import (
+    Engine,
+    EngineConfig,
+    FakeClock,
+    Registry,
+    RetryPolicy,
+    Status,
+    StepStatus,
+    process_batch,
+    sleep,
+    step,
+)
+from engine.adapters.dynamodb import DynamoStore
+from engine.errors import AlreadyTerminal
+from engine.messages import StepMessage
+from engine.ports import FAULT_POINTS
+from loom.template import create_resources
+from tests.integration.engine_support import Crash, CrashAt, WatchedStore, add_workflow
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REGION = "us-east-1"
+CONFIG = EngineConfig(shards=2, lease_seconds=60)
+
+
+class Flaky(Exception):
+    pass
+
+
+class Model:
+    """What the steps did, as seen from inside them."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[tuple[str, int, int]] = Counter()
+        self.results: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        self.at_most_once: set[tuple[str, int]] = set()
+        self.cancelled: set[str] = set()
+        self.after_cancel: list[tuple[str, int]] = []
+        self.tokens = itertools.count()
+
+
+def make_step(name: str, semantics: str = "at_least_once", retry: RetryPolicy | None = None) -> Any:
+    def fn(ctx: Any) -> dict[str, Any]:
+        model: Model = ctx.services["model"]
+        model.runs[(ctx.execution_id, ctx.step_index, ctx.attempt)] += 1
+        if semantics == "at_most_once":
+            model.at_most_once.add((ctx.execution_id, ctx.step_index))
+        if ctx.execution_id in model.cancelled:
+            model.after_cancel.append((ctx.execution_id, ctx.step_index))
+        if ctx.attempt <= int(ctx.data.get("fails", {}).get(name, 0)):
+            raise Flaky(f"{name} fails attempt {ctx.attempt}")
+        result = {name: f"{name}#{next(model.tokens)}"}
+        model.results[(ctx.execution_id, ctx.step_index)].append(result)
+        return result
+
+    fn.__name__ = name
+    return step(fn, semantics=semantics, retry=retry)
+
+
+def registry() -> Registry:
+    reg = Registry()
+    quick = RetryPolicy(max_attempts=3, base=5, jitter="none")
+    far = RetryPolicy(max_attempts=3, base=1000, jitter="none")  # past SQS's 900 s: the sweeper's job
+    add_workflow(reg, "pair", [make_step("a"), make_step("b", "at_most_once")], retry=quick)
+    add_workflow(reg, "nap", [make_step("a"), sleep(seconds=120), make_step("c", "at_most_once")], retry=quick)
+    add_workflow(reg, "long_nap", [sleep(hours=1), make_step("d")], retry=quick)
+    add_workflow(reg, "flaky", [make_step("f", retry=far), make_step("g")], retry=quick)
+    return reg
+
+
+REGISTRY = registry()
+WORKFLOWS = sorted(REGISTRY.names())
+
+
+@dataclass
+class Envelope:
+    message_id: str
+    body: str
+    visible_at: float
+    receives: int = 0
+
+
+class ModelQueue:
+    """The ``Queue`` port over an in-memory SQS: delays, receive counts, duplicates, losses."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.messages: list[Envelope] = []
+        self.dead: list[dict[str, Any]] = []
+        self._ids = itertools.count()
+
+    def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
+        self.messages.append(Envelope(f"m{next(self._ids)}", message.encode(), self.clock.now() + delay_seconds))
+
+    def send_many(self, messages: list[StepMessage]) -> None:
+        for m in messages:
+            self.send(m)
+
+    def send_dead_letter(self, body: dict[str, Any]) -> None:
+        self.dead.append(body)
+
+    def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
+        return None
+
+    def visible(self) -> list[Envelope]:
+        return [m for m in self.messages if m.visible_at <= self.clock.now()]
+
+
+class EngineMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mock = mock_aws()
+        self.mock.start()
+        session = boto3.Session(region_name=REGION)
+        refs = create_resources(session)
+        self.clock = FakeClock()
+        self.queue = ModelQueue(self.clock)
+        self.faults = CrashAt()
+        self.store = WatchedStore(DynamoStore(session.client("dynamodb"), refs["Table"], CONFIG.shards))
+        self.model = Model()
+        self.engine = Engine(
+            registry=REGISTRY,
+            store=self.store,
+            queue=self.queue,
+            clock=self.clock,
+            config=CONFIG,
+            faults=self.faults,
+            services={"model": self.model},
+            rng=random.Random(0),
+        )
+        self.ids: list[str] = []
+        self.first_terminal: dict[str, Status] = {}
+        self.versions_seen: dict[str, int] = {}
+        self.deaths = 0
+
+    # ----------------------------------------------------------------- rules
+
+    @precondition(lambda self: len(self.ids) < 4)
+    @rule(workflow=st.sampled_from(WORKFLOWS), fails=st.sampled_from([0, 0, 1, 2, 3]))
+    def start(self, workflow: str, fails: int) -> None:
+        execution_id = f"x{len(self.ids)}"
+        self.engine.start(workflow, {"fails": {"f": fails, "a": min(fails, 1)}}, execution_id=execution_id)
+        self.ids.append(execution_id)
+
+    @rule(pick=st.integers(0, 20), size=st.integers(1, 3), duplicate=st.booleans(), chain=st.booleans())
+    def deliver(self, pick: int, size: int, duplicate: bool, chain: bool) -> None:
+        visible = self.queue.visible()
+        if not visible:
+            return
+        start = pick % len(visible)
+        batch = visible[start : start + size]
+        if duplicate:
+            # SQS at-least-once: another copy of the first message is still in the queue.
+            first = batch[0]
+            self.queue.messages.append(Envelope(first.message_id + "d", first.body, self.clock.now()))
+        self._deliver(batch, chain)
+
+    @rule(point=st.sampled_from([*FAULT_POINTS, "after_commit"]))
+    def arm_worker_death(self, point: str) -> None:
+        if point == "after_commit":
+            self.store.crash_after_commit = 1
+        else:
+            self.faults.arm(point)
+
+    @rule()
+    def sweep(self) -> None:
+        try:
+            self.engine.sweep()
+        except Crash:
+            self.deaths += 1
+
+    @rule(seconds=st.sampled_from([1, 5, 30, 121, 400, 1000, 3600]))
+    def clock_jump(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule(pick=st.integers(0, 20))
+    def lose_message(self, pick: int) -> None:
+        if self.queue.messages:
+            self.queue.messages.pop(pick % len(self.queue.messages))
+
+    @precondition(lambda self: self.ids)
+    @rule(pick=st.integers(0, 3))
+    def cancel(self, pick: int) -> None:
+        execution_id = self.ids[pick % len(self.ids)]
+        try:
+            self.engine.cancel(execution_id)
+        except AlreadyTerminal:
+            return
+        self.model.cancelled.add(execution_id)
+
+    # -------------------------------------------------------------- delivery
+
+    def _deliver(self, batch: list[Envelope], chain: bool) -> None:
+        for m in batch:
+            self.queue.messages.remove(m)
+            m.receives += 1
+        event = {
+            "Records": [
+                {
+                    "messageId": m.message_id,
+                    "receiptHandle": f"rh-{m.message_id}-{m.receives}",
+                    "body": m.body,
+                    "attributes": {"ApproximateReceiveCount": str(m.receives)},
+                    "messageAttributes": {},
+                    "eventSource": "aws:sqs",
+                }
+                for m in batch
+            ]
+        }
+        try:
+            response = process_batch(self.engine, event, remaining=(lambda: 300.0) if chain else None)
+        except Crash:
+            # The worker died: the whole batch comes back once its visibility runs out.
+            self.deaths += 1
+            for m in batch:
+                m.visible_at = self.clock.now()
+                self.queue.messages.append(m)
+            return
+        failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+        assert not failed, f"nothing here is transient, yet {failed} failed"
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def states_are_consistent(self) -> None:
+        for execution_id in self.ids:
+            ex = self.store.inner.get_execution(execution_id)
+            assert ex is not None
+            assert ex.version >= self.versions_seen.get(execution_id, 1), "the version went backwards"
+            self.versions_seen[execution_id] = ex.version
+            if ex.status in (Status.RUNNING, Status.SLEEPING):
+                assert ex.next_wake_at is not None, f"{execution_id} is {ex.status} with no wake time"
+            else:
+                assert ex.next_wake_at is None
+                first = self.first_terminal.setdefault(execution_id, ex.status)
+                assert ex.status is first, f"{execution_id} went from {first} to {ex.status}"
+        self.store.assert_versions_contiguous()
+        assert all(n <= 1 for n in self.store.commits.values()), "a step committed twice"
+
+    @invariant()
+    def at_most_once_steps_never_ran_twice_within_an_attempt(self) -> None:
+        for (execution_id, index, attempt), n in self.model.runs.items():
+            if (execution_id, index) in self.model.at_most_once:
+                assert n == 1, f"at_most_once step {index} of {execution_id} ran {n} times in attempt {attempt}"
+
+    @invariant()
+    def no_step_starts_after_cancel(self) -> None:
+        assert self.model.after_cancel == []
+
+    # ------------------------------------------------------------- quiescence
+
+    def teardown(self) -> None:
+        try:
+            self._drive_to_quiescence()
+            self._check_final()
+        finally:
+            self.mock.stop()
+
+    def _drive_to_quiescence(self) -> None:
+        self.faults.disarm()
+        self.store.crash_after_commit = 0
+        for _ in range(500):
+            executions = [self.store.inner.get_execution(i) for i in self.ids]
+            if all(ex.terminal for ex in executions):
+                return
+            visible = self.queue.visible()
+            if visible:
+                self._deliver(visible[:1], chain=False)
+                continue
+            # Nothing to deliver: let time pass to the next delayed message or wake time.
+            times = [m.visible_at for m in self.queue.messages]
+            times += [ex.next_wake_at for ex in executions if not ex.terminal]
+            self.clock.set(max(self.clock.now(), min(times)))
+            self.engine.sweep()
+        stuck = {i: self.store.inner.get_execution(i) for i in self.ids}
+        raise AssertionError(f"no quiescence: {stuck}")
+
+    def _check_final(self) -> None:
+        event(f"worker deaths: {min(self.deaths, 3)}{'+' if self.deaths >= 3 else ''}")
+        self.states_are_consistent()
+        self.at_most_once_steps_never_ran_twice_within_an_attempt()
+        for execution_id in self.ids:
+            ex = self.store.inner.get_execution(execution_id)
+            assert ex.terminal
+            event(f"{ex.workflow} ended {ex.status.value}")
+            spec = REGISTRY.get(ex.workflow)
+            for record in self.store.inner.history(execution_id):
+                completed = [a for a in record.attempts if a.outcome == "completed"]
+                attempts = [a.attempt for a in record.attempts]
+                assert len(attempts) == len(set(attempts)), f"attempt recorded twice: {record}"
+                if record.status is not StepStatus.COMPLETED:
+                    assert completed == []
+                    continue
+                assert len(completed) == 1
+                assert ex.current_step > record.index or ex.status is Status.CANCELLED, (
+                    f"step {record.index} committed but {execution_id} is {ex.status} at {ex.current_step}"
+                )
+                if spec.steps[record.index].is_sleep:
+                    continue
+                assert record.result in self.model.results[(execution_id, record.index)]
+                if ex.current_step > record.index:
+                    # One committed result: the same one in history and in the context.
+                    (key,) = record.result
+                    assert ex.context[key] == record.result[key]
+            if ex.status is Status.COMPLETED:
+                assert ex.current_step == len(spec.steps)
+            if ex.status is Status.FAILED:
+                assert any(d.get("execution_id") == execution_id for d in self.queue.dead), "FAILED but not in DLQ"
+
+
+def test_engine_invariants_hold_under_random_interleavings():
+    run_state_machine_as_test(
+        EngineMachine,
+        settings=settings(
+            max_examples=30,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            database=None,
+        ),
+    )

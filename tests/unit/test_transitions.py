@@ -1,0 +1,143 @@
+"""Pure transitions: an execution in, the next execution and its effects out."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import EngineConfig, Execution, Status, StepMessage, sleep
+from engine import transitions as tr
+from engine.workflow import build_spec
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_000_000.0
+CFG = EngineConfig(lease_seconds=100)
+
+
+def a(ctx):
+    return None
+
+
+SPEC = build_spec("w", [a, a, sleep(minutes=10), a, sleep(hours=2), a])
+
+
+def execution(**changes) -> Execution:
+    base = dict(
+        id="e1",
+        workflow="w",
+        status=Status.RUNNING,
+        current_step=0,
+        version=3,
+        input={"i": 1},
+        context={"i": 1},
+        created_at=NOW - 50,
+        updated_at=NOW - 10,
+        next_wake_at=NOW + 150,
+    )
+    base.update(changes)
+    return Execution(**base)
+
+
+def test_start_state_runs_the_first_step_under_a_lease():
+    draft = execution(version=1, created_at=NOW, next_wake_at=None)
+    new, effects = tr.start_state(draft, SPEC, CFG)
+    assert new.version == 1 and new.status is Status.RUNNING and new.next_wake_at == NOW + 200
+    assert effects.run_next == StepMessage("e1", 0, 1, "step") and effects.delayed is None
+
+
+def test_start_state_with_a_sleep_first():
+    spec = build_spec("s", [sleep(seconds=60), a])
+    new, effects = tr.start_state(execution(version=1, created_at=NOW), spec, CFG)
+    assert new.status is Status.SLEEPING and new.next_wake_at == NOW + 60
+    assert effects.delayed == (StepMessage("e1", 0, 1, "wake"), 60) and effects.run_next is None
+
+
+def test_after_step_moves_to_the_next_step_and_merges_the_result():
+    ex = execution(attempt=3, attempt_base=1, started_attempt=3, ready_at=NOW - 1)
+    new, effects = tr.after_step(ex, SPEC, {"r": 2, "i": 9}, NOW, CFG)
+    assert new.version == 4 and new.updated_at == NOW and new.current_step == 1
+    assert new.context == {"i": 9, "r": 2} and new.input == {"i": 1}
+    assert (new.attempt, new.attempt_base, new.started_attempt, new.ready_at) == (1, 0, 0, None)
+    assert effects.run_next == StepMessage("e1", 1, 1, "step")
+
+
+def test_after_step_keeps_an_unexpired_lease_and_refreshes_a_short_one():
+    keep, _ = tr.after_step(execution(next_wake_at=NOW + 150), SPEC, None, NOW, CFG)
+    assert keep.next_wake_at == NOW + 150, "more than one lease left: no write to the due index"
+    refresh, _ = tr.after_step(execution(next_wake_at=NOW + 99), SPEC, None, NOW, CFG)
+    assert refresh.next_wake_at == NOW + 200
+
+
+def test_lease_is_always_fresh_for_a_non_running_execution():
+    assert tr.lease(execution(status=Status.SLEEPING, next_wake_at=NOW + 500), NOW, CFG) == NOW + 200
+    assert tr.lease(None, NOW, CFG) == NOW + 200
+    assert tr.lease(execution(next_wake_at=NOW + 500), NOW, CFG, base=NOW + 30) == NOW + 230
+
+
+def test_after_step_into_a_short_sleep_sends_a_delayed_wake():
+    new, effects = tr.after_step(execution(current_step=1), SPEC, None, NOW, CFG)
+    assert new.status is Status.SLEEPING and new.current_step == 2 and new.next_wake_at == NOW + 600
+    assert effects.delayed == (StepMessage("e1", 2, 1, "wake"), 600) and effects.run_next is None
+
+
+def test_after_step_into_a_long_sleep_leaves_it_to_the_sweeper():
+    new, effects = tr.after_step(execution(current_step=3), SPEC, None, NOW, CFG)
+    assert new.status is Status.SLEEPING and new.next_wake_at == NOW + 7200
+    assert effects == tr.Effects()
+
+
+def test_after_the_last_step_the_execution_completes_and_leaves_the_due_index():
+    new, effects = tr.after_step(execution(current_step=5), SPEC, {"done": 1}, NOW, CFG)
+    assert new.status is Status.COMPLETED and new.next_wake_at is None and new.current_step == 6
+    assert effects == tr.Effects()
+
+
+def test_retry_within_sqs_delay_goes_by_message_with_a_lease_past_ready_time():
+    ex = execution(attempt=2, started_attempt=2)
+    new, effects = tr.retry_state(ex, 12.3, NOW, CFG)
+    assert (new.attempt, new.started_attempt, new.ready_at, new.version) == (3, 0, NOW + 12.3, 4)
+    assert new.next_wake_at == NOW + 12.3 + 200
+    assert effects.delayed == (StepMessage("e1", 0, 3, "retry"), 13)
+
+
+def test_retry_at_exactly_900_seconds_still_uses_sqs():
+    _, effects = tr.retry_state(execution(), 900, NOW, CFG)
+    assert effects.delayed is not None and effects.delayed[1] == 900
+
+
+def test_retry_over_900_seconds_waits_for_the_sweeper():
+    new, effects = tr.retry_state(execution(), 900.5, NOW, CFG)
+    assert new.next_wake_at == new.ready_at == NOW + 900.5
+    assert effects == tr.Effects()
+
+
+def test_failed_and_cancelled_are_terminal_and_unindexed():
+    failed = tr.failed_state(execution(started_attempt=1, ready_at=NOW), {"type": "Boom"}, NOW)
+    assert failed.status is Status.FAILED and failed.terminal and failed.error == {"type": "Boom"}
+    assert (failed.next_wake_at, failed.ready_at, failed.started_attempt, failed.version) == (None, None, 0, 4)
+    cancelled = tr.cancelled_state(execution(status=Status.SLEEPING), NOW)
+    assert cancelled.status is Status.CANCELLED and cancelled.next_wake_at is None and cancelled.version == 4
+
+
+def test_started_state_marks_the_attempt_and_keeps_or_refreshes_the_lease():
+    marked = tr.started_state(execution(attempt=2), NOW, CFG)
+    assert marked.started_attempt == 2 and marked.version == 4 and marked.next_wake_at == NOW + 150
+    assert tr.started_state(execution(next_wake_at=NOW + 5), NOW, CFG).next_wake_at == NOW + 200
+
+
+def test_reclaimed_state_takes_a_fresh_lease():
+    new = tr.reclaimed_state(execution(next_wake_at=NOW - 1, started_attempt=1), NOW, CFG)
+    assert new.next_wake_at == NOW + 200 and new.version == 4 and new.started_attempt == 1
+
+
+def test_redriven_state_starts_a_new_round_without_reusing_attempt_numbers():
+    failed = execution(status=Status.FAILED, attempt=4, attempt_base=0, error={"x": 1}, next_wake_at=None)
+    new = tr.redriven_state(failed, NOW, CFG)
+    assert new.status is Status.RUNNING and new.error is None and new.next_wake_at == NOW + 200
+    assert (new.attempt, new.attempt_base, new.round_attempt) == (5, 4, 1)
+
+
+def test_evolve_bumps_the_version_by_exactly_one():
+    ex = execution()
+    assert ex.evolve(NOW).version == ex.version + 1
+    assert ex.evolve(NOW, status=Status.FAILED).updated_at == NOW
