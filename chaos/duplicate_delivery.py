@@ -19,6 +19,7 @@ NAME = "duplicate_delivery"
 FAULT = "copies of in-flight step messages sent to the queue"
 EXECUTIONS = 3
 STEPS = 10
+PEEKED_COPIES = 40
 
 
 def run(t: Target, r: Result) -> None:
@@ -35,8 +36,10 @@ def run(t: Target, r: Result) -> None:
         copied: set[tuple[str, int]] = set()
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            for msg in faults.peek(t):
-                if copies_peeked < 40:
+            # Each peek is a receive: it raises the receive count of what it sees, and SQS
+            # parks a message received maxReceiveCount times. So peek only while copying.
+            if copies_peeked < PEEKED_COPIES:
+                for msg in faults.peek(t):
                     copies_peeked += faults.send_copies(t, [msg["Body"]], copies=2)
             states = [w.latest(eid) for eid in ids]
             for ex in states:

@@ -1,8 +1,7 @@
 """Function URL payload format 2.0: requests in, JSON responses out, and a small router.
 
-``request_event`` builds the same event shape from a plain HTTP request, so a local
-HTTP server (the local stack, the tests) can put ``functions.api.handler`` behind it
-and exercise exactly what Lambda runs.
+The local stack builds the same event shape from plain HTTP (loom/local/events.py), so
+``functions.api.handler`` runs there exactly as Lambda runs it.
 """
 
 from __future__ import annotations
@@ -10,11 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
 
 from engine.errors import InvalidInput
 
@@ -149,48 +147,3 @@ class Router:
             params = {k: unquote(v) for k, v in match.groupdict().items()}
             return fn(Request(request.method, request.path, request.query, request.headers, request.body, params))
         raise HttpError(404, "not_found", f"no such path: {request.path}")
-
-
-def request_event(
-    method: str, target: str, headers: Mapping[str, str], body: bytes, *, source_ip: str = "127.0.0.1"
-) -> FunctionUrlEvent:
-    """The Function URL (payload 2.0) event for one HTTP request; ``target`` is path plus query."""
-    parts = urlsplit(target)
-    now = time.time()
-    lowered = {k.lower(): v for k, v in headers.items()}
-    query = {k: ",".join(v) for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-    try:
-        text, encoded = body.decode("utf-8"), False
-    except UnicodeDecodeError:
-        text, encoded = base64.b64encode(body).decode("ascii"), True
-    event: FunctionUrlEvent = {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": parts.path or "/",
-        "rawQueryString": parts.query,
-        "headers": lowered,
-        "requestContext": {
-            "accountId": "anonymous",
-            "apiId": "local",
-            "domainName": lowered.get("host", "localhost"),
-            "domainPrefix": "local",
-            "http": {
-                "method": method.upper(),
-                "path": parts.path or "/",
-                "protocol": "HTTP/1.1",
-                "sourceIp": source_ip,
-                "userAgent": lowered.get("user-agent", ""),
-            },
-            "requestId": f"local-{now:.6f}",
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
-            "timeEpoch": int(now * 1000),
-        },
-        "isBase64Encoded": encoded,
-    }
-    if query:
-        event["queryStringParameters"] = query
-    if body:
-        event["body"] = text
-    return event

@@ -113,3 +113,55 @@ def test_failed_execution_needs_its_error_recorded() -> None:
     report = check_execution(failed, [record], {}, [], Expect(status="FAILED"))
     assert report.violations == ["FAILED without an error on the execution"]
     assert minimum_transitions(failed, [record]) == 3
+
+
+def test_an_attempt_number_recorded_twice_is_a_violation() -> None:
+    # A duplicate that took a live attempt for lost: attempt 1 both WorkerLost and completed.
+    lost = Attempt(1, 1.0, 1.5, "worker_lost", {"type": "WorkerLost"}, 0.5)
+    history = [done(0, ok()), done(1, lost, ok(1)), done(2, ok())]
+    report = check_execution(completed_execution(), history, ledger(), [], Expect())
+    assert any("records an attempt number twice: [1, 1]" in v for v in report.violations)
+    retried = [done(0, ok()), done(1, Attempt(1, 1, 2, "failed", {"type": "X"}, 0.5), ok(2)), done(2, ok())]
+    assert check_execution(completed_execution(version=5), retried, ledger(), [], Expect()).ok
+
+
+def test_attempts_out_of_order_are_a_violation() -> None:
+    history = [done(0, ok()), done(1, Attempt(2, 1, 2, "failed", {"type": "X"}, 0.5), ok(1)), done(2, ok())]
+    report = check_execution(completed_execution(version=5), history, ledger(), [], Expect())
+    assert any("attempts out of order: [2, 1]" in v for v in report.violations)
+
+
+def test_a_step_behind_the_execution_must_be_committed() -> None:
+    history = [done(0, ok()), StepRecord(EID, 1, "s1", StepStatus.RUNNING, ()), done(2, ok())]
+    report = check_execution(completed_execution(), history, ledger(), [], Expect())
+    assert any("step 1 is behind the execution" in v for v in report.violations)
+
+
+def test_completing_when_a_failure_was_expected_is_a_violation() -> None:
+    history = [done(i, ok()) for i in range(3)]
+    report = check_execution(completed_execution(), history, ledger(), [], Expect(status="FAILED"))
+    assert report.violations == ["ended COMPLETED, expected FAILED"]
+
+
+def test_effects_without_a_run_or_beyond_the_execution_are_violations() -> None:
+    history = [done(0, ok())]
+    running = Execution(
+        EID, "w", Status.RUNNING, 1, 2, {"x": 1}, {"x": 1, "s0_key": f"{EID}:0"}, 0.0, 1.0, next_wake_at=200.0
+    )
+    rows = {
+        f"{EID}:0": {"effect": {"k": 1}, "runs": 0, "duplicates": 0},
+        f"{EID}:2": {"effect": {"k": 1}, "runs": 1, "duplicates": 0},
+    }
+    report = check_execution(running, history, rows, [], Expect(status="RUNNING"), now=100.0)
+    assert any("an effect landed without any recorded run" in v for v in report.violations)
+    assert any("beyond the execution" in v for v in report.violations)
+
+
+def test_terminal_in_the_due_index_or_running_without_a_wake_time_is_stuck() -> None:
+    history = [done(i, ok()) for i in range(3)]
+    due = Execution(EID, "w", Status.COMPLETED, 3, 4, {"x": 1}, completed_execution().context, 0.0, 1.0, 9.0)
+    report = check_execution(due, history, ledger(), [], Expect())
+    assert report.violations == ["terminal COMPLETED but still in the due index"]
+    orphan = Execution(EID, "w", Status.RUNNING, 0, 1, {"x": 1}, {"x": 1}, 0.0, 1.0, next_wake_at=None)
+    report = check_execution(orphan, [], {}, [], Expect(status="RUNNING"))
+    assert any("nothing would ever drive it again" in v for v in report.violations)

@@ -18,7 +18,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from functions import api
-from functions.http import request_event
+from loom.local.events import HttpRequest, function_url_event
 from loom.template import Template, function_environment
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -31,7 +31,18 @@ def sample_event(name: str) -> dict[str, Any]:
 
 def environment(refs: dict[str, Any], logical_id: str) -> dict[str, str]:
     tpl = Template()
-    return function_environment(tpl.functions()[logical_id], refs, tpl)
+    env = function_environment(tpl.functions()[logical_id], refs, tpl)
+    # The template's AWS_ENDPOINT_URL is empty outside local runs, which boto3 reads as unset;
+    # here it would mask the endpoint a test points at its moto server.
+    if not env.get("AWS_ENDPOINT_URL"):
+        env.pop("AWS_ENDPOINT_URL", None)
+    return env
+
+
+def request_event(method: str, target: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """The v2.0 event the local stack's HTTP server builds for this request."""
+    path, _, query = target.partition("?")
+    return function_url_event(HttpRequest(method, path, query, list(headers.items()), body))
 
 
 def url_event(method: str, target: str, body: Any = None, *, raw: bytes | None = None) -> dict[str, Any]:

@@ -43,6 +43,9 @@ from tests.integration.engine_support import Crash, CrashAt, WatchedStore, add_w
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REGION = "us-east-1"
+# A dead worker's messages come back after the queue's visibility timeout (template: 360 s).
+VISIBILITY = 360.0
+DEATHS = [*FAULT_POINTS, "after_commit", "in_step"]
 CONFIG = EngineConfig(shards=2, lease_seconds=60)
 
 
@@ -60,6 +63,10 @@ class Model:
         self.cancelled: set[str] = set()
         self.after_cancel: list[tuple[str, int]] = []
         self.tokens = itertools.count()
+        # Set by the machine: kill the worker inside the next step, or run a second worker
+        # (a concurrent duplicate) while the next step is in progress.
+        self.die_in_step = False
+        self.interleave: Any = None
 
 
 def make_step(name: str, semantics: str = "at_least_once", retry: RetryPolicy | None = None) -> Any:
@@ -70,6 +77,12 @@ def make_step(name: str, semantics: str = "at_least_once", retry: RetryPolicy | 
             model.at_most_once.add((ctx.execution_id, ctx.step_index))
         if ctx.execution_id in model.cancelled:
             model.after_cancel.append((ctx.execution_id, ctx.step_index))
+        hook, model.interleave = model.interleave, None
+        if hook is not None:
+            hook()
+        if model.die_in_step:
+            model.die_in_step = False
+            raise Crash("in_step")
         if ctx.attempt <= int(ctx.data.get("fails", {}).get(name, 0)):
             raise Flaky(f"{name} fails attempt {ctx.attempt}")
         result = {name: f"{name}#{next(model.tokens)}"}
@@ -165,23 +178,40 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine.start(workflow, {"fails": {"f": fails, "a": min(fails, 1)}}, execution_id=execution_id)
         self.ids.append(execution_id)
 
-    @rule(pick=st.integers(0, 20), size=st.integers(1, 3), duplicate=st.booleans(), chain=st.booleans())
-    def deliver(self, pick: int, size: int, duplicate: bool, chain: bool) -> None:
+    @rule(
+        pick=st.integers(0, 20),
+        size=st.integers(1, 3),
+        duplicate=st.booleans(),
+        chain=st.booleans(),
+        death=st.sampled_from([None, None, *DEATHS]),
+        overlap=st.booleans(),
+    )
+    def deliver(self, pick: int, size: int, duplicate: bool, chain: bool, death: str | None, overlap: bool) -> None:
         visible = self.queue.visible()
         if not visible:
             return
         start = pick % len(visible)
         batch = visible[start : start + size]
+        first = batch[0]
         if duplicate:
             # SQS at-least-once: another copy of the first message is still in the queue.
-            first = batch[0]
             self.queue.messages.append(Envelope(first.message_id + "d", first.body, self.clock.now()))
+        if overlap:
+            # A second worker gets a copy of the first message while this one is inside a step.
+            copy = Envelope(first.message_id + "o", first.body, self.clock.now())
+            self.model.interleave = lambda: self._deliver([copy], chain=False)
+        if death is not None:
+            self.arm_worker_death(death)
         self._deliver(batch, chain)
+        self.model.interleave = None
 
-    @rule(point=st.sampled_from([*FAULT_POINTS, "after_commit"]))
+    @rule(point=st.sampled_from(DEATHS))
     def arm_worker_death(self, point: str) -> None:
+        """Kill the worker at this point the next time any runner (or sweeper) passes it."""
         if point == "after_commit":
             self.store.crash_after_commit = 1
+        elif point == "in_step":
+            self.model.die_in_step = True
         else:
             self.faults.arm(point)
 
@@ -215,7 +245,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _deliver(self, batch: list[Envelope], chain: bool) -> None:
         for m in batch:
-            self.queue.messages.remove(m)
+            self.queue.messages = [q for q in self.queue.messages if q is not m]
             m.receives += 1
         event = {
             "Records": [
@@ -236,7 +266,7 @@ class EngineMachine(RuleBasedStateMachine):
             # The worker died: the whole batch comes back once its visibility runs out.
             self.deaths += 1
             for m in batch:
-                m.visible_at = self.clock.now()
+                m.visible_at = self.clock.now() + VISIBILITY
                 self.queue.messages.append(m)
             return
         failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
@@ -282,6 +312,7 @@ class EngineMachine(RuleBasedStateMachine):
     def _drive_to_quiescence(self) -> None:
         self.faults.disarm()
         self.store.crash_after_commit = 0
+        self.model.die_in_step = False
         for _ in range(500):
             executions = [self.store.inner.get_execution(i) for i in self.ids]
             if all(ex.terminal for ex in executions):
