@@ -21,7 +21,7 @@ CRASH_STEP = 3
 
 def run(t: Target, r: Result) -> None:
     eid = new_id(NAME)
-    tick = 1.0
+    tick = t.sweep_interval
     with Watcher(t, interval=0.1) as w:
         w.add(eid)
         t.start("pipeline", {"chaos": {"crash_after_checkpoint": [CRASH_STEP]}}, eid)
@@ -30,7 +30,7 @@ def run(t: Target, r: Result) -> None:
         lease_due = stalled[eid].next_wake_at
         fn_now = t.clock().now()
         stall_seen = time.time()
-        ex = w.wait([eid], timeout=max(60.0, 3 * t.lease + 30))[eid]
+        ex = w.wait([eid], timeout=max(60.0, 3 * t.lease + 2 * tick + 30))[eid]
         recovered = time.time()
     trail = w.trail(eid)
     at_stall = [s for s in trail if s.current_step == CRASH_STEP + 1]

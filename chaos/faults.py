@@ -87,14 +87,24 @@ def wait_drained(target: Target, timeout: float) -> dict[str, int]:
         time.sleep(0.5)
 
 
-def docker_kill_lambda(name_contains: str = "lambda") -> list[str]:
-    """Under LocalStack: SIGKILL the Lambda containers running the worker (needs a Docker engine)."""
-    import docker  # the SDK; only this path needs it
+def docker_kill_container(host: str = "", *, client: Any = None, limit: int = 1) -> list[str]:
+    """Under LocalStack: SIGKILL the Lambda container running the worker (needs a Docker engine).
 
-    client = docker.from_env()
-    killed = []
+    ``host`` is the hostname a step recorded inside its container (the start of the
+    container's id); without it, up to ``limit`` running worker Lambda containers are killed.
+    """
+    if client is None:
+        import docker  # the SDK; only this path needs it
+
+        client = docker.from_env()
+    killed: list[str] = []
     for container in client.containers.list(filters={"status": "running"}):
-        if name_contains in container.name and "worker" in " ".join([*container.image.tags, container.name]):
+        if host:
+            chosen = container.id.startswith(host)
+        else:
+            name = container.name.lower()
+            chosen = "lambda" in name and "worker" in name
+        if chosen and len(killed) < limit:
             container.kill(signal="SIGKILL")
             killed.append(container.name)
     return killed

@@ -33,11 +33,12 @@ def run(t: Target, r: Result) -> None:
         lost_at = time.time()
         after = faults.queue_depth(t)
         # The nap's end comes in real time; the retry's lease is ~2 leases off, so travel there.
+        # The jump moves the functions' clock for both, so the due times are read after it.
         fn_now = t.clock().now()
-        due_wall = {napper: time.time() + (waiting[napper].next_wake_at - fn_now)}
         skip = max(0.0, (waiting[backer].next_wake_at or fn_now) - fn_now - 0.5)
         t.advance_time(skip)
-        due_wall[backer] = time.time() + 0.5
+        fn_now, wall = t.clock().now(), time.time()
+        due_wall = {eid: wall + max(0.0, (ex.next_wake_at or fn_now) - fn_now) for eid, ex in waiting.items()}
         woke = w.wait(
             [napper, backer],
             lambda ex: ex.terminal or ex.current_step > waiting[ex.id].current_step or ex.started_attempt > 0,
@@ -58,7 +59,7 @@ def run(t: Target, r: Result) -> None:
     r.expect(before.get("Delayed", 0) >= 1, f"no delayed message was pending to lose: {before}")
     r.expect(after.get("Delayed", 0) == 0, f"delayed messages survived the purge: {after}")
     for eid, v in late.items():
-        r.expect(v <= 6.0, f"{eid} woke {v}s after next_wake_at (sweeper tick is ~1s)")
+        r.expect(-1.0 <= v <= 6.0, f"{eid} woke {v}s from next_wake_at (sweeper tick is ~1s)")
 
 
 SCENARIO = Scenario(NAME, FAULT, (TIME, CHAOS_WORKFLOWS, PURGE), run, __doc__ or "")

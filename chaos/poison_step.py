@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
+from chaos import faults
 from chaos.invariants import Expect
 from chaos.observe import Watcher
 from chaos.scenario import Result, Scenario, main_for, new_id, verify
@@ -39,12 +40,15 @@ def _redrive_until(t: Target, wanted: set[str]) -> tuple[set[str], dict[str, int
 def run(t: Target, r: Result) -> None:
     raiser, killer = new_id(NAME, 0), new_id(NAME, 1)
     max_attempts = Poison.spec.retry.max_attempts  # type: ignore[attr-defined]
+    # A worker that dies is only noticed when its attempt's lease runs out (redeliveries
+    # within it leave the attempt alone), so the killer needs about two leases per attempt.
+    patience = max(120.0, max_attempts * (2 * t.lease + faults.queue_visibility(t)) + 60)
     with Watcher(t) as w:
         w.add(raiser, killer)
         started = time.time()
         t.start("chaos_poison", {}, raiser)
         t.start("chaos_poison", {"poison": "kill"}, killer)
-        failed = w.wait([raiser, killer], timeout=120, what="FAILED")
+        failed = w.wait([raiser, killer], timeout=patience, what="FAILED")
         failed_at = time.time()
         errors = {eid: (ex.status.value, (ex.error or {}).get("type")) for eid, ex in failed.items()}
         attempts = {eid: len(t.history(eid)[1].attempts) for eid in failed}

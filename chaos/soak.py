@@ -205,8 +205,9 @@ class _Injector:
                 bodies = [faults.step_body(ex.id, ex.current_step, ex.attempt) for ex in live[:10]]
             faults.send_copies(t, bodies, f.params["copies"])
         elif f.kind == "kill_worker":
-            pids = t.worker_pids()
-            if pids:
+            if t.docker_kill:
+                faults.docker_kill_container()  # a worker Lambda's container, under LocalStack
+            elif pids := t.worker_pids():
                 t.kill(pids[f.params["which"] % len(pids)])
         elif f.kind == "sweep_storm":
             self.background(lambda: [t.tick_sweeper() for _ in range(f.params["ticks"])])

@@ -62,6 +62,8 @@ def chaos_stack(
             queue_visibility_timeout=QUEUE_VISIBILITY,
             log_file=state_dir / "stack.log",
             write_stack_file=False,
+            # On a LocalStack that `loom up` may share, the kit's resources get names of their own.
+            parameters={"Stage": "chaos"} if emulator == "localstack" else {},
         )
         stack = stack_ctx.enter_context(LocalStack(opts))
         proxy.upstream = stack.endpoint_url

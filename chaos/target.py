@@ -65,6 +65,7 @@ class Target:
     settings: dict[str, str] = field(default_factory=dict)  # the worker's LOOM_* environment
     missing: dict[str, str] = field(default_factory=dict)  # capability -> why it is unavailable
     sweeper_function: str | None = None  # aws: the sweeper Lambda's name
+    docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
 
     # ------------------------------------------------------------ construction
 
@@ -84,10 +85,7 @@ class Target:
             missing[CRASH_HOOK] = "the worker runs with LOOM_CHAOS_CRASH_AFTER_CHECKPOINT=off"
         if "chaos.workflows" not in worker_env.get("LOOM_WORKFLOW_MODULES", ""):
             missing[CHAOS_WORKFLOWS] = "the functions do not load chaos.workflows (LOOM_WORKFLOW_MODULES)"
-        if kind == "localstack":
-            missing.setdefault(
-                KILL, "worker processes run inside LocalStack's containers (see chaos.faults.docker_kill)"
-            )
+        # With either emulator the kit's stack runs its functions as local processes: kill by pid.
         offset = info.get("clock_offset_file") or worker_env.get("LOOM_CLOCK_OFFSET_FILE")
         return cls(
             kind=kind,
@@ -115,8 +113,6 @@ class Target:
             "start it with LOOM_CHAOS_CRASH_AFTER_CHECKPOINT=on or let the kit start its own",
             CHAOS_WORKFLOWS: "the running stack may not load chaos.workflows",
         }
-        if kind == "localstack":
-            missing[KILL] = "worker processes run inside LocalStack's containers"
         offset = info.get("clock_offset_file")
         return cls(
             kind=kind,
@@ -132,31 +128,55 @@ class Target:
         )
 
     @classmethod
-    def deployed(cls, stack_name: str, region: str | None = None) -> Target:
-        """A stack deployed with ``sam deploy``: its outputs name the resources."""
+    def deployed(cls, stack_name: str, region: str | None = None, endpoint_url: str | None = None) -> Target:
+        """A stack deployed with ``sam deploy``: its outputs name the resources, its parameters the levers."""
         session = boto3.session.Session(region_name=region)
         cfn = session.client("cloudformation")
-        stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
-        outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-        why = "workers are Lambda invocations in AWS; no process to kill"
+        stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        params = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
+        settings: dict[str, str] = {}
+        if outputs.get("WorkerFunctionName"):
+            config = session.client("lambda").get_function_configuration(FunctionName=outputs["WorkerFunctionName"])
+            env = (config.get("Environment") or {}).get("Variables") or {}
+            settings = {k: v for k, v in env.items() if k.startswith("LOOM_")}
+        # AWS_ENDPOINT_URL set: the stack was deployed into LocalStack (scripts/deploy-localstack),
+        # whose Lambdas run in Docker containers the kit can SIGKILL through the Docker SDK.
+        # (boto3 itself honours AWS_ENDPOINT_URL for the calls below.)
+        endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+        missing = {
+            TIME: "the deployed functions read real time only",
+            THROTTLE: "a proxy cannot sit between Lambda and the AWS APIs",
+            NEW_STACK: "deploy a second stack with LOOM_HEARTBEAT_SECONDS=0 to see the no-heartbeat half",
+        }
+        docker_kill = False
+        if endpoint is None:
+            missing[KILL] = "workers are Lambda invocations in AWS; no process to kill"
+            missing[PURGE] = "PurgeQueue on a shared account queue is left to a human"
+        else:
+            from loom.local.emulator import docker_available
+
+            docker_kill, why = docker_available()
+            if not docker_kill:
+                missing[KILL] = f"the workers are Lambda containers inside LocalStack: {why}"
+        if not _flag(params.get("ChaosCrashAfterCheckpoint", "off")):
+            missing[CRASH_HOOK] = "deploy with ChaosCrashAfterCheckpoint=on to enable the hook"
+        if "chaos.workflows" not in params.get("WorkflowModules", ""):
+            missing[CHAOS_WORKFLOWS] = (
+                "deploy with WorkflowModules=workflows,chaos.workflows (and chaos/ in the package: Makefile SOURCES)"
+            )
         return cls(
             kind="aws",
             region=session.region_name or "us-east-1",
-            endpoint_url=None,
+            endpoint_url=endpoint,
             table=outputs["TableName"],
             queue_url=outputs["StepQueueUrl"],
             dlq_url=outputs["DeadLetterQueueUrl"],
             api_url=None,  # the Function URL needs SigV4; the kit uses the engine API directly
             sweeper_function=outputs.get("SweeperFunctionName"),
-            missing={
-                KILL: why,
-                TIME: "the deployed functions read real time only",
-                THROTTLE: "a proxy cannot sit between Lambda and the AWS APIs",
-                NEW_STACK: "deploy a second stack with LOOM_HEARTBEAT_SECONDS=0 to see the no-heartbeat half",
-                CRASH_HOOK: "deploy with ChaosCrashAfterCheckpoint=on to enable the hook",
-                CHAOS_WORKFLOWS: "deploy with WorkflowModules=workflows,chaos.workflows",
-                PURGE: "PurgeQueue on a shared account queue is left to a human",
-            },
+            settings=settings,
+            missing=missing,
+            docker_kill=docker_kill,
         )
 
     # ------------------------------------------------------------ capabilities
@@ -202,6 +222,12 @@ class Target:
     @cached_property
     def lease(self) -> float:
         return float(self.settings.get("LOOM_LEASE_SECONDS", "90"))
+
+    @cached_property
+    def sweep_interval(self) -> float:
+        """Seconds between the stack's own sweeper runs (the template's schedule is 1 minute)."""
+        tick = getattr(getattr(self.stack, "options", None), "tick", None)
+        return float(tick) if tick else 60.0
 
     @cached_property
     def store(self) -> DynamoStore:
@@ -297,8 +323,9 @@ class Target:
     # ------------------------------------------------------------ stack levers
 
     def worker_pids(self) -> list[int]:
+        """The worker processes on this machine (none when the workers are Lambdas)."""
         if self.kind == "aws":
-            raise Unsupported(self.missing[KILL])
+            return []
         if self.stack is not None:
             return list(self.stack.worker_pids())
         from loom import stackfile
@@ -308,13 +335,26 @@ class Target:
 
     def kill(self, pid: int) -> bool:
         """SIGKILL one worker process; False if it was already gone."""
-        if not self.can(KILL):
-            raise Unsupported(self.missing[KILL])
+        if not self.can(KILL) or self.docker_kill:
+            raise Unsupported(self.missing.get(KILL) or "the workers are containers: use kill_runner")
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
         return True
+
+    def kill_runner(self, pid: int, host: str | None = None) -> tuple[bool, str]:
+        """SIGKILL whatever runs a step: its process here, or its Lambda container under LocalStack.
+
+        ``pid`` and ``host`` are what the step recorded (os.getpid(), socket.gethostname());
+        a container's hostname is the start of its id. Returns (killed, what was killed).
+        """
+        if self.docker_kill:
+            from chaos.faults import docker_kill_container
+
+            killed = docker_kill_container(host or "")
+            return bool(killed), f"container {', '.join(killed) or host}"
+        return self.kill(pid), f"pid {pid}"
 
     def advance_time(self, seconds: float) -> None:
         if not self.can(TIME):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -59,6 +60,16 @@ def throttled_response(service: str, headers: Any, rng: random.Random) -> tuple[
     return code, xml.encode(), {"Content-Type": "text/xml"}
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A SIGKILLed worker drops its keep-alive connection: that is the chaos, not a proxy fault.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class ThrottleProxy:
     """Start with ``start()``; aim it with ``upstream``; open a window with ``throttle(...)``."""
 
@@ -71,8 +82,7 @@ class ThrottleProxy:
         self._services: frozenset[str] = frozenset()
         self.throttled: Counter[str] = Counter()  # "dynamodb:ProvisionedThroughputExceededException" -> n
         self.passed: Counter[str] = Counter()
-        self._server = ThreadingHTTPServer((host, 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server((host, 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, name="chaos-throttle", daemon=True)
 
     @property

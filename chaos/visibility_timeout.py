@@ -51,8 +51,10 @@ def _one(t: Target, r: Result, label: str) -> dict[str, Any]:
 def run(t: Target, r: Result) -> None:
     from chaos.stackctl import chaos_stack
 
-    # Half one: a stack of its own whose worker never extends visibility.
-    with chaos_stack(heartbeat=0.0, emulator="embedded" if t.kind != "localstack" else "localstack") as bare:
+    # Half one: a stack of its own whose worker never extends visibility. It is always an
+    # embedded one: what it shows is the engine's behaviour, and a second stack on a shared
+    # LocalStack would take LocalStack down with it when it stops.
+    with chaos_stack(heartbeat=0.0, emulator="embedded") as bare:
         without = _one(bare, r, "noheartbeat")
     with_hb = _one(t, r, "heartbeat")
     r.injected = f"VisibilityTimeout={SHORT}s on the step queue; stage_{HELD_STEP} runs {HOLD:.0f}s"

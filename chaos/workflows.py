@@ -9,6 +9,7 @@ worker can be killed, and a downstream "switch" the kit can repair.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from typing import Any
 
@@ -44,13 +45,14 @@ def _plain(name: str) -> Any:
 def charge_then_linger(ctx: StepContext) -> dict[str, Any]:
     """Land the charge, then linger on the first run: the window where a worker dies after its effect.
 
-    The effect records the pid running it so the kit can SIGKILL exactly that
-    process from outside; the re-run (same idempotency key) finds the effect
+    The effect records the pid (and hostname) running it so the kit can SIGKILL
+    exactly that process, or its Lambda container, from outside; the re-run (same idempotency key) finds the effect
     already applied and does not charge twice.
     """
     ledger = _ledger(ctx)
     runs = ledger.ran(ctx.idempotency_key) if ledger is not None else ctx.attempt
-    out = _land(ctx, "charge", amount=ctx.data.get("amount", 0), pid=os.getpid(), run=runs)
+    where = {"pid": os.getpid(), "host": socket.gethostname()}  # a container's hostname is its id
+    out = _land(ctx, "charge", amount=ctx.data.get("amount", 0), run=runs, **where)
     if runs == 1:
         time.sleep(float(ctx.data.get("linger", 20)))
     return {**out, "charged": ctx.data.get("amount", 0)}

@@ -57,7 +57,7 @@ def test_proxy_answers_with_real_throttling_shapes(service: str, codes: set[str]
             service, endpoint_url=proxy.url, config=Config(retries={"mode": "standard", "max_attempts": 2})
         )
         seen, calls = set(), 0
-        for _ in range(6):
+        for _ in range(3):
             with pytest.raises(ClientError) as info:
                 if service == "dynamodb":
                     client.get_item(TableName="t", Key={"PK": {"S": "a"}})

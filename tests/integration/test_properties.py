@@ -18,7 +18,14 @@ import boto3
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from moto import mock_aws
 
 from engine import (
@@ -98,6 +105,7 @@ def registry() -> Registry:
     quick = RetryPolicy(max_attempts=3, base=5, jitter="none")
     far = RetryPolicy(max_attempts=3, base=1000, jitter="none")  # past SQS's 900 s: the sweeper's job
     add_workflow(reg, "pair", [make_step("a"), make_step("b", "at_most_once")], retry=quick)
+    add_workflow(reg, "once", [make_step("o", "at_most_once"), make_step("p")], retry=quick)
     add_workflow(reg, "nap", [make_step("a"), sleep(seconds=120), make_step("c", "at_most_once")], retry=quick)
     add_workflow(reg, "long_nap", [sleep(hours=1), make_step("d")], retry=quick)
     add_workflow(reg, "flaky", [make_step("f", retry=far), make_step("g")], retry=quick)
@@ -171,6 +179,14 @@ class EngineMachine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------------- rules
 
+    @initialize(
+        workflows=st.lists(st.sampled_from(WORKFLOWS), min_size=1, max_size=3),
+        fails=st.lists(st.sampled_from([0, 0, 1, 2, 3]), min_size=3, max_size=3),
+    )
+    def start_some(self, workflows: list[str], fails: list[int]) -> None:
+        for workflow, n in zip(workflows, fails, strict=False):
+            self.start(workflow, n)
+
     @precondition(lambda self: len(self.ids) < 4)
     @rule(workflow=st.sampled_from(WORKFLOWS), fails=st.sampled_from([0, 0, 1, 2, 3]))
     def start(self, workflow: str, fails: int) -> None:
@@ -183,7 +199,7 @@ class EngineMachine(RuleBasedStateMachine):
         size=st.integers(1, 3),
         duplicate=st.booleans(),
         chain=st.booleans(),
-        death=st.sampled_from([None, None, *DEATHS]),
+        death=st.sampled_from([None, *DEATHS]),
         overlap=st.booleans(),
     )
     def deliver(self, pick: int, size: int, duplicate: bool, chain: bool, death: str | None, overlap: bool) -> None:
@@ -204,6 +220,21 @@ class EngineMachine(RuleBasedStateMachine):
             self.arm_worker_death(death)
         self._deliver(batch, chain)
         self.model.interleave = None
+
+    @rule()
+    def deliver_next(self) -> None:
+        """The plain case, weighted up: the oldest visible message, alone, to a healthy worker."""
+        visible = self.queue.visible()
+        if visible:
+            self._deliver(visible[:1], chain=False)
+
+    @rule(point=st.sampled_from(DEATHS), pick=st.integers(0, 20))
+    def deliver_and_die(self, point: str, pick: int) -> None:
+        """A worker that dies at ``point`` while handling a visible message."""
+        visible = self.queue.visible()
+        if visible:
+            self.arm_worker_death(point)
+            self._deliver([visible[pick % len(visible)]], chain=False)
 
     @rule(point=st.sampled_from(DEATHS))
     def arm_worker_death(self, point: str) -> None:
@@ -232,8 +263,10 @@ class EngineMachine(RuleBasedStateMachine):
             self.queue.messages.pop(pick % len(self.queue.messages))
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers(0, 3))
-    def cancel(self, pick: int) -> None:
+    @rule(pick=st.integers(0, 3), really=st.integers(0, 3))
+    def cancel(self, pick: int, really: int) -> None:
+        if really:  # cancel rarely, or few executions would get far
+            return
         execution_id = self.ids[pick % len(self.ids)]
         try:
             self.engine.cancel(execution_id)
@@ -367,7 +400,7 @@ def test_engine_invariants_hold_under_random_interleavings():
         EngineMachine,
         settings=settings(
             max_examples=30,
-            stateful_step_count=30,
+            stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             database=None,
