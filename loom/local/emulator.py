@@ -156,10 +156,13 @@ class LocalStackEmulator:
         ok, why = docker_available()
         if not ok:
             raise EmulatorError(f"--emulator localstack needs Docker: {why}")
-        done = self._compose("up", "-d", "--wait", timeout=timeout)
-        if done.returncode != 0:
-            raise EmulatorError(f"docker compose up failed:\n{done.stderr.strip()}")
-        self.started_here = True
+        # A LocalStack that already answers belongs to someone else (another stack, the
+        # user's own compose): use it, and leave it running when this stack stops.
+        if not self._answers():
+            done = self._compose("up", "-d", "--wait", timeout=timeout)
+            if done.returncode != 0:
+                raise EmulatorError(f"docker compose up failed:\n{done.stderr.strip()}")
+            self.started_here = True
         wait_http(
             f"{self.endpoint_url}/_localstack/health",
             timeout,
@@ -170,6 +173,13 @@ class LocalStackEmulator:
             ),
         )
         return self
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint_url}/_localstack/health", timeout=2) as answer:
+                return answer.status == 200
+        except (OSError, ValueError):
+            return False
 
     def stop(self) -> None:
         if self.started_here:
