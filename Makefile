@@ -3,7 +3,9 @@
 # the packages of requirements.txt, installed for the Lambda platform, never .venv/ or tests/.
 PYTHON ?= python3.12
 PLATFORM ?= manylinux2014_aarch64
-SOURCES := engine functions workflows
+# Your own workflow packages go here too; a chaos deployment adds chaos (for chaos.workflows):
+#   SOURCES='engine functions workflows chaos' sam build
+SOURCES ?= engine functions workflows
 
 build-WorkerFunction build-SweeperFunction build-ControlPlaneFunction:
 	mkdir -p "$(ARTIFACTS_DIR)"

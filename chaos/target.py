@@ -163,7 +163,7 @@ class Target:
             missing[CRASH_HOOK] = "deploy with ChaosCrashAfterCheckpoint=on to enable the hook"
         if "chaos.workflows" not in params.get("WorkflowModules", ""):
             missing[CHAOS_WORKFLOWS] = (
-                "deploy with WorkflowModules=workflows,chaos.workflows (and chaos/ in the package: Makefile SOURCES)"
+                "deploy with WorkflowModules=workflows,chaos.workflows (built with SOURCES='engine functions workflows chaos' sam build)"
             )
         return cls(
             kind="aws",
