@@ -399,7 +399,7 @@ def test_engine_invariants_hold_under_random_interleavings():
     run_state_machine_as_test(
         EngineMachine,
         settings=settings(
-            max_examples=30,
+            max_examples=25,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
