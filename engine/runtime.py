@@ -28,6 +28,7 @@ from engine.errors import (
     InvalidResult,
     LoomError,
     NotFailed,
+    ResourceMissing,
     ResultTooLarge,
     UnknownWorkflow,
     WorkerLost,
@@ -43,6 +44,7 @@ from engine.workflow import Registry, SleepSpec, StepContext, StepSpec, Workflow
 
 Remaining = Callable[[], float]
 CONFLICT_RETRIES = 5
+SQS_BATCH = 10
 
 
 @dataclass(frozen=True)
@@ -438,6 +440,8 @@ class Engine:
         due = redriven = woken = skipped = errors = 0
         budget = self.config.sweep_limit
         truncated = False
+        # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
+        outgoing: list[StepMessage] = []
         for shard in range(self.config.shards):
             cursor: str | None = None
             while True:
@@ -447,7 +451,6 @@ class Engine:
                 ids, cursor = self.store.due(shard, now, min(self.config.sweep_page, budget), cursor)
                 budget -= len(ids)
                 due += len(ids)
-                outgoing: list[StepMessage] = []
                 for execution_id in ids:
                     try:
                         kind, message = self._sweep_one(execution_id, now)
@@ -464,22 +467,30 @@ class Engine:
                     redriven += kind == "redrive"
                     woken += kind == "woke"
                     skipped += kind == "skipped"
-                if outgoing:
-                    try:
-                        self.queue.send_many(outgoing)
-                    except LoomError as exc:
-                        # The claims are durable with a fresh lease: the sweep after it re-drives them.
-                        get_logger(execution_id=None, step=None, attempt=None).warning(
-                            "sweep.send_failed", error=error_info(exc), messages=len(outgoing)
-                        )
-                        errors += 1
+                    if len(outgoing) >= SQS_BATCH:
+                        errors += self._send_redrives(outgoing)
+                        outgoing = []
                 if cursor is None:
                     break
+        if outgoing:
+            errors += self._send_redrives(outgoing)
         report = SweepReport(
             due=due, redriven=redriven, woken=woken, skipped=skipped, truncated=truncated, errors=errors
         )
         get_logger(execution_id=None, step=None, attempt=None).info("sweep.finished", **report.__dict__)
         return report
+
+    def _send_redrives(self, messages: list[StepMessage]) -> int:
+        """Send the sweep's messages; the number of failed sends (0 or 1)."""
+        try:
+            self.queue.send_many(messages)
+        except LoomError as exc:
+            # The claims are durable with a fresh lease: the sweep after it re-drives them.
+            get_logger(execution_id=None, step=None, attempt=None).warning(
+                "sweep.send_failed", error=error_info(exc), messages=len(messages)
+            )
+            return 1
+        return 0
 
     def _sweep_one(self, execution_id: str, now: float) -> tuple[str, StepMessage | None]:
         ex = self.store.get_execution(execution_id)
@@ -519,6 +530,8 @@ class Engine:
     def _send(self, message: StepMessage, delay: int) -> None:
         try:
             self.queue.send(message, min(delay, self.config.max_sqs_delay))
+        except ResourceMissing:
+            raise  # a missing queue is a deployment error to report, not a hiccup to ride out
         except LoomError as exc:
             # The state is durable and carries a wake time: the sweeper will re-drive it.
             get_logger(execution_id=message.execution_id, step=message.step, attempt=message.attempt).warning(

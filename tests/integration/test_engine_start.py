@@ -105,3 +105,16 @@ def test_start_survives_a_failed_enqueue_and_the_sweeper_recovers(rig):
     rig.driver.pump()
     done = rig.engine.get("lost-first")
     assert done.status is Status.COMPLETED and done.context["one"] == 2
+
+
+def test_a_missing_queue_is_reported_and_the_execution_is_kept(aws, make_engine):
+    from engine.adapters.sqs import SqsQueue
+    from engine.errors import ResourceMissing
+
+    missing = aws["StepQueue"].rsplit("/", 1)[0] + "/no-such-queue"
+    engine = make_engine(registry=registry(), queue=SqsQueue(aws["sqs"], missing, aws["DeadLetterQueue"]))
+    with pytest.raises(ResourceMissing, match="does not exist"):
+        engine.start("single", {"n": 1}, execution_id="orphaned")
+    # Durable with a wake time: once the queue exists, the sweeper drives it.
+    ex = engine.get("orphaned")
+    assert ex.status is Status.RUNNING and ex.next_wake_at is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Execution, Registry, Status, sleep
+from engine import Execution, Registry, Status, shard_of, sleep
 from tests.integration.engine_support import Recorder, add_workflow, build_rig
 
 pytestmark = pytest.mark.integration
@@ -129,3 +129,25 @@ def test_a_terminal_execution_left_in_the_due_index_is_cleaned_up(rig):
     ex = rig.engine.get("stray")
     assert ex.status is Status.COMPLETED and ex.next_wake_at is None
     assert rig.engine.sweep().due == 0
+
+
+def test_redrives_from_every_shard_share_send_batches(aws, make_engine, clock, reg):
+    """Twelve due executions spread over four shards take two SendMessageBatch calls, not four."""
+    rig = build_rig(aws, make_engine, clock, reg)
+    ids = [f"spread{i}" for i in range(12)]
+    assert len({shard_of(i, rig.engine.config.shards) for i in ids}) == rig.engine.config.shards
+    calls: list[int] = []
+    inner = rig.queue.send_many
+
+    def counting(messages):
+        calls.append(len(messages))
+        inner(messages)
+
+    rig.queue.send_many = counting
+    for execution_id in ids:
+        rig.engine.start("two", {}, execution_id=execution_id)
+    aws["sqs"].purge_queue(QueueUrl=aws["StepQueue"])  # the start messages are lost
+    clock.advance(10 * rig.engine.config.lease_seconds)
+    report = rig.engine.sweep()
+    assert report.redriven == 12
+    assert calls == [10, 2]
