@@ -163,7 +163,8 @@ class Target:
             missing[CRASH_HOOK] = "deploy with ChaosCrashAfterCheckpoint=on to enable the hook"
         if "chaos.workflows" not in params.get("WorkflowModules", ""):
             missing[CHAOS_WORKFLOWS] = (
-                "deploy with WorkflowModules=workflows,chaos.workflows (built with SOURCES='engine functions workflows chaos' sam build)"
+                "deploy with WorkflowModules=workflows,chaos.workflows, "
+                "built with SOURCES='engine functions workflows chaos' sam build"
             )
         return cls(
             kind="aws",
