@@ -18,8 +18,11 @@ from chaos.target import NEW_STACK, Target
 
 NAME = "visibility_timeout"
 FAULT = "queue visibility shortened below step time"
-SHORT = 2  # seconds of visibility
-HOLD = 6.0  # seconds the held step runs
+# The visibility must outlast the poller's batching window (1 s) plus the hand-off to a worker
+# process and the first heartbeat (1 s) even on a loaded machine; the held step must outlast
+# the visibility by a wide margin and still end inside the worker's Timeout.
+SHORT = 4  # seconds of visibility
+HOLD = 8.0  # seconds the held step runs (under the chaos stack's 10 s worker Timeout)
 HELD_STEP = 1
 
 
