@@ -8,7 +8,7 @@ import pytest
 
 from engine import NonRetryableError, Registry, RetryPolicy, Status, StepMessage, StepStatus, sleep, step
 from engine.errors import NotFailed
-from tests.integration.engine_support import Recorder, add_workflow, build_rig, dead_letters, sqs_record
+from tests.integration.engine_support import add_workflow, build_rig, dead_letters, sqs_record
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +23,6 @@ def fail_first(n: int):
             raise Flaky(f"attempt {ctx.attempt} fails")
 
     return behave
-
-
-@pytest.fixture
-def rec():
-    return Recorder()
 
 
 @pytest.fixture
@@ -50,11 +45,6 @@ def reg(rec):
     )
     add_workflow(reg, "napper", [sleep(seconds=60), rec.step("after")])
     return reg
-
-
-@pytest.fixture
-def rig(aws, make_engine, clock, reg):
-    return build_rig(aws, make_engine, clock, reg)
 
 
 def test_retries_travel_as_sqs_delays_and_the_step_completes(rig, rec):

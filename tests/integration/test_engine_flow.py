@@ -6,14 +6,9 @@ import pytest
 
 from engine import EngineConfig, Registry, RetryPolicy, Status, StepStatus, sleep, step
 from engine.errors import AlreadyTerminal, ExecutionNotFound, InvalidInput
-from tests.integration.engine_support import Recorder, add_workflow, build_rig
+from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def rec():
-    return Recorder()
 
 
 @pytest.fixture
@@ -31,11 +26,6 @@ def reg(rec):
     add_workflow(reg, "napper", [rec.step("before"), sleep(hours=2), rec.step("after")])
     add_workflow(reg, "short_nap", [sleep(seconds=30), rec.step("after")])
     return reg
-
-
-@pytest.fixture
-def rig(aws, make_engine, clock, reg):
-    return build_rig(aws, make_engine, clock, reg)
 
 
 def test_happy_path_completes_with_one_result_per_step(rig, rec):

@@ -11,11 +11,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def rec():
-    return Recorder()
-
-
-@pytest.fixture
 def reg(rec):
     reg = Registry()
     add_workflow(reg, "two", [rec.step("a"), rec.step("b")])
@@ -25,11 +20,6 @@ def reg(rec):
         [step(rec.step("pay"), semantics="at_most_once", retry=RetryPolicy(max_attempts=3, base=1, jitter="none"))],
     )
     return reg
-
-
-@pytest.fixture
-def rig(aws, make_engine, clock, reg):
-    return build_rig(aws, make_engine, clock, reg)
 
 
 def test_same_message_delivered_twice_runs_once_and_the_duplicate_is_acknowledged(rig, rec):

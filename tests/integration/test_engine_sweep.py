@@ -5,14 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine import Execution, Registry, Status, shard_of, sleep
-from tests.integration.engine_support import Recorder, add_workflow, build_rig
+from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def rec():
-    return Recorder()
 
 
 @pytest.fixture
@@ -21,11 +16,6 @@ def reg(rec):
     add_workflow(reg, "nap", [sleep(days=1), rec.step("after")])
     add_workflow(reg, "two", [rec.step("a"), rec.step("b")])
     return reg
-
-
-@pytest.fixture
-def rig(aws, make_engine, clock, reg):
-    return build_rig(aws, make_engine, clock, reg)
 
 
 def seed_sleepers(rig, count: int, wake_in: float, prefix: str) -> None:
