@@ -219,7 +219,7 @@ class Engine:
         # A chained link starts from the state its predecessor wrote (no read back):
         # any write since then makes this link's own conditional write fail.
         ex = known if known is not None and known.id == msg.execution_id else self.store.get_execution(msg.execution_id)
-        log = get_logger(execution_id=msg.execution_id, step=msg.step, attempt=msg.attempt)
+        log = self._log_message(msg)
         if ex is None:
             log.warning("message.orphan", kind=msg.kind)
             return "orphan", 0, none
@@ -534,9 +534,7 @@ class Engine:
             raise  # a missing queue is a deployment error to report, not a hiccup to ride out
         except LoomError as exc:
             # The state is durable and carries a wake time: the sweeper will re-drive it.
-            get_logger(execution_id=message.execution_id, step=message.step, attempt=message.attempt).warning(
-                "message.send_failed", error=error_info(exc)
-            )
+            self._log_message(message).warning("message.send_failed", error=error_info(exc))
 
     def _log_message(self, message: StepMessage) -> Any:
         return get_logger(execution_id=message.execution_id, step=message.step, attempt=message.attempt)

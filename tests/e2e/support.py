@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from loom.local.client import call, ok
+from tests.logs import json_lines
 
 LOOM = [sys.executable, "-m", "loom"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,11 +77,4 @@ def wait_status(api: str, ex_id: str, wanted: str, timeout: float = 60.0) -> dic
 
 
 def log_lines(state_dir: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in (state_dir / "stack.log").read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
+    return json_lines((state_dir / "stack.log").read_text(errors="replace"))

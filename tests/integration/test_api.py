@@ -5,24 +5,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from engine.limits import DYNAMODB_ITEM_LIMIT
-from functions import wiring
 from tests.integration.api_support import Functions, url_event
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def fn(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Functions]:
-    wiring.reset()
-    yield Functions(aws, monkeypatch)
-    wiring.reset()
 
 
 def start(fn: Functions, workflow: str = "pipeline", input: Any = None, execution_id: str | None = None) -> Any:

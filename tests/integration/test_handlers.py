@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,26 +15,9 @@ from freezegun import freeze_time
 from engine.messages import StepMessage
 from functions import api, sweeper, wiring, worker
 from tests.integration.api_support import Functions, LambdaContext, sample_event, sqs_event
+from tests.logs import json_lines
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def fn(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Functions]:
-    wiring.reset()
-    yield Functions(aws, monkeypatch)
-    wiring.reset()
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
 
 
 def counts(report: dict[str, Any]) -> dict[str, int]:
