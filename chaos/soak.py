@@ -138,6 +138,9 @@ class SoakSummary:
     skipped: dict[str, str] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    # What background faults ran into (a sweeper tick timing out under throttling, say): the
+    # system's answer to a fault, reported, while the invariants decide pass or fail.
+    incidents: list[str] = field(default_factory=list)
     recovery_p50: float | None = None
     recovery_p99: float | None = None
     seconds: float = 0.0
@@ -150,6 +153,9 @@ class SoakSummary:
         ]
         if self.skipped:
             lines.append("not injected on this target: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items()))
+        if self.incidents:
+            lines.append(f"incidents during faults: {len(self.incidents)}")
+            lines += [f"  - {i}" for i in self.incidents[:10]]
         lines.append(f"invariant violations: {len(self.violations)}")
         lines += [f"  - {v}" for v in self.violations[:20]]
         p50 = "-" if self.recovery_p50 is None else f"{self.recovery_p50:.1f}s"
@@ -168,7 +174,12 @@ class SoakSummary:
             recovery_seconds=self.recovery_p99,
             duration_seconds=self.seconds,
             violations=list(self.violations),
-            evidence={"digest": self.digest, "p50": self.recovery_p50, "p99": self.recovery_p99},
+            evidence={
+                "digest": self.digest,
+                "p50": self.recovery_p50,
+                "p99": self.recovery_p99,
+                "incidents": list(self.incidents),
+            },
         )
 
 
@@ -186,13 +197,20 @@ class _Injector:
         self.recoveries: list[float] = []
         self.pending: list[tuple[float, dict[str, int]]] = []  # (injected at, versions then)
         self.threads: list[threading.Thread] = []
+        self.incidents: list[str] = []
 
     def mark(self) -> None:
         versions = {eid: ex.version for eid in self.ids if (ex := self.w.latest(eid)) is not None and not ex.terminal}
         self.pending.append((time.time(), versions))
 
     def background(self, fn: Callable[[], Any]) -> None:
-        th = threading.Thread(target=fn, daemon=True)
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:
+                self.incidents.append(f"{type(exc).__name__}: {exc}")
+
+        th = threading.Thread(target=run, daemon=True)
         th.start()
         self.threads.append(th)
 
@@ -282,6 +300,7 @@ def run_soak(
         except Exception as exc:
             summary.violations.append(str(exc))
         injector.settle()
+        summary.incidents = list(injector.incidents)
         if target.proxy is not None:
             target.proxy.calm()
         depth = faults.wait_drained(target, 30)

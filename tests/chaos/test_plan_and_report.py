@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import xml.etree.ElementTree as ET
 
 import boto3
@@ -10,8 +11,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from chaos.report import render_table, to_json, write_junit
-from chaos.scenario import FAIL, SKIP, Result
-from chaos.soak import TIMED_KINDS, make_plan
+from chaos.scenario import FAIL, PASS, SKIP, Result
+from chaos.soak import TIMED_KINDS, SoakSummary, _Injector, make_plan
 from chaos.throttle import ThrottleProxy
 
 pytestmark = pytest.mark.chaos
@@ -71,3 +72,17 @@ def test_proxy_answers_with_real_throttling_shapes(service: str, codes: set[str]
             seen.add(info.value.response["Error"]["Code"])
         assert seen <= codes and seen
         assert sum(proxy.throttled.values()) == calls
+
+
+def test_a_background_fault_that_raises_is_reported_as_an_incident_not_lost() -> None:
+    injector = _Injector(t=None, w=None, ids=[], rng=random.Random(1))  # type: ignore[arg-type]
+
+    def tick() -> None:
+        raise RuntimeError("SweeperFunction timeout: Task timed out after 60.00 seconds")
+
+    injector.background(tick)
+    injector.settle()
+    assert injector.incidents == ["RuntimeError: SweeperFunction timeout: Task timed out after 60.00 seconds"]
+    summary = SoakSummary(seed=1, digest="d", executions=0, planned={}, incidents=injector.incidents)
+    assert "incidents during faults: 1" in summary.render()
+    assert summary.as_result().status == PASS, "incidents inform; the invariants decide"
