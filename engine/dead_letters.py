@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import LoomError, MalformedMessage
-from engine.messages import StepMessage
+from engine.messages import MessageKind, StepMessage
 from engine.state import Status, error_info
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ class DeadLetter:
 
     @property
     def execution_id(self) -> str | None:
-        if self.kind == "failed" and isinstance(self.body.get("execution_id"), str):
-            return self.body["execution_id"]
+        if self.kind == "failed":
+            found = self.body.get("execution_id")
+            return found if isinstance(found, str) else None
         if self.kind == "step":
             try:
                 return StepMessage.decode(json.dumps(self.body)).execution_id
@@ -130,7 +131,7 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
             return result("redriven", f"new round of attempts at step {new.current_step}", new.status.value)
         if ex.status is Status.RUNNING:
             # Guarded ("redrive") so that it is harmless if another message still drives it.
-            engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, "redrive"))
+            engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE))
             handled.add(execution_id)
             return result("resent", f"still RUNNING; sent a message for step {ex.current_step}", ex.status.value)
         if ex.status is Status.SLEEPING:

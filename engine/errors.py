@@ -112,10 +112,6 @@ class NonRetryableError(Exception):
     """Raise from a step to fail it at once, whatever the retry policy says."""
 
 
-class StepTimeout(Exception):
-    """The step outlived its deadline."""
-
-
 class WorkerLost(Exception):
     """The worker died while this attempt ran; the attempt counts as failed."""
 

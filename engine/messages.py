@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from engine.errors import MalformedMessage
 from engine.limits import check_execution_id, check_message
 
-Kind = Literal["step", "retry", "redrive", "wake"]
-KINDS: tuple[str, ...] = ("step", "retry", "redrive", "wake")
+
+class MessageKind(StrEnum):
+    """Why a step message exists; it decides how carefully the runner treats it."""
+
+    STEP = "step"  # the happy path: the previous step (or start) sent it
+    RETRY = "retry"  # the next attempt after a failure, sent with the backoff delay
+    REDRIVE = "redrive"  # the sweeper or a DLQ redrive took the execution over
+    WAKE = "wake"  # the end of a short sleep
+
+    @property
+    def guarded(self) -> bool:
+        """Messages that exist because something may have gone wrong before."""
+        return self in (MessageKind.RETRY, MessageKind.REDRIVE)
+
+
+KINDS: tuple[str, ...] = tuple(k.value for k in MessageKind)
 
 
 @dataclass(frozen=True)
@@ -18,11 +33,21 @@ class StepMessage:
     execution_id: str
     step: int
     attempt: int = 1
-    kind: Kind = "step"
+    kind: MessageKind = MessageKind.STEP
+
+    def __post_init__(self) -> None:
+        # Accept the plain string too ("retry"): the value is what travels on the wire.
+        object.__setattr__(self, "kind", MessageKind(self.kind))
 
     def encode(self) -> str:
         body = json.dumps(
-            {"v": 1, "execution_id": self.execution_id, "step": self.step, "attempt": self.attempt, "kind": self.kind},
+            {
+                "v": 1,
+                "execution_id": self.execution_id,
+                "step": self.step,
+                "attempt": self.attempt,
+                "kind": self.kind.value,
+            },
             separators=(",", ":"),
         )
         check_message(body)
@@ -30,8 +55,7 @@ class StepMessage:
 
     @property
     def needs_guard(self) -> bool:
-        """Messages that exist because something may have gone wrong before."""
-        return self.kind in ("retry", "redrive")
+        return self.kind.guarded
 
     @classmethod
     def decode(cls, body: str) -> StepMessage:
@@ -54,4 +78,4 @@ class StepMessage:
             raise MalformedMessage("message 'attempt' must be a positive integer")
         if kind not in KINDS:
             raise MalformedMessage(f"message 'kind' must be one of {KINDS}")
-        return cls(execution_id=execution_id, step=step, attempt=attempt, kind=kind)
+        return cls(execution_id=execution_id, step=step, attempt=attempt, kind=MessageKind(kind))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from engine.messages import StepMessage
@@ -70,4 +71,13 @@ class NoFaults:
         return None
 
 
-FAULT_POINTS = ("before_step", "after_step", "after_checkpoint", "after_enqueue")
+class FaultPoint(StrEnum):
+    """Where the engine offers the ``Faults`` port a chance to crash the worker."""
+
+    BEFORE_STEP = "before_step"  # the attempt is about to run (guard marks written)
+    AFTER_STEP = "after_step"  # the step ran; its result is not committed yet
+    AFTER_CHECKPOINT = "after_checkpoint"  # the execution moved on; the next message is not sent
+    AFTER_ENQUEUE = "after_enqueue"  # the next message is sent; this invocation is not done
+
+
+FAULT_POINTS: tuple[str, ...] = tuple(p.value for p in FaultPoint)

@@ -30,6 +30,14 @@ class StepStatus(StrEnum):
     FAILED = "FAILED"
 
 
+class AttemptOutcome(StrEnum):
+    """How one attempt of a step ended, as its history record says."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    WORKER_LOST = "worker_lost"
+
+
 def canonical_json(value: Any) -> str:
     """One spelling per value, so equal inputs compare equal as strings.
 
@@ -85,16 +93,19 @@ class Attempt:
     attempt: int
     started_at: float
     finished_at: float
-    outcome: str  # "completed" | "failed" | "worker_lost"
+    outcome: AttemptOutcome
     error: dict[str, Any] | None = None
     retry_delay: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", AttemptOutcome(self.outcome))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "attempt": self.attempt,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
-            "outcome": self.outcome,
+            "outcome": self.outcome.value,
             "error": self.error,
             "retry_delay": self.retry_delay,
         }
@@ -105,7 +116,7 @@ class Attempt:
             attempt=int(data["attempt"]),
             started_at=float(data["started_at"]),
             finished_at=float(data["finished_at"]),
-            outcome=str(data["outcome"]),
+            outcome=AttemptOutcome(data["outcome"]),
             error=data.get("error"),
             retry_delay=None if data.get("retry_delay") is None else float(data["retry_delay"]),
         )

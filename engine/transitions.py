@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.messages import StepMessage
+from engine.messages import MessageKind, StepMessage
 from engine.state import Execution, Status
 from engine.workflow import SleepSpec, WorkflowSpec
 
@@ -63,10 +63,10 @@ def after_step(
         new = ex.evolve(now, status=Status.SLEEPING, current_step=nxt, next_wake_at=wake_at, **common)
         delayed = None
         if following.seconds <= cfg.max_sqs_delay:
-            delayed = (StepMessage(ex.id, nxt, 1, "wake"), math.ceil(following.seconds))
+            delayed = (StepMessage(ex.id, nxt, 1, MessageKind.WAKE), math.ceil(following.seconds))
         return new, Effects(delayed=delayed)
     new = ex.evolve(now, status=Status.RUNNING, current_step=nxt, next_wake_at=lease(ex, now, cfg), **common)
-    return new, Effects(run_next=StepMessage(ex.id, nxt, 1, "step"))
+    return new, Effects(run_next=StepMessage(ex.id, nxt, 1, MessageKind.STEP))
 
 
 def start_state(ex: Execution, spec: WorkflowSpec, cfg: EngineConfig) -> tuple[Execution, Effects]:
@@ -76,17 +76,19 @@ def start_state(ex: Execution, spec: WorkflowSpec, cfg: EngineConfig) -> tuple[E
         wake_at = ex.created_at + first.seconds
         new = replace(ex, status=Status.SLEEPING, next_wake_at=wake_at)
         delayed = (
-            (StepMessage(ex.id, 0, 1, "wake"), math.ceil(first.seconds)) if first.seconds <= cfg.max_sqs_delay else None
+            (StepMessage(ex.id, 0, 1, MessageKind.WAKE), math.ceil(first.seconds))
+            if first.seconds <= cfg.max_sqs_delay
+            else None
         )
         return new, Effects(delayed=delayed)
     new = replace(ex, status=Status.RUNNING, next_wake_at=lease(None, ex.created_at, cfg))
-    return new, Effects(run_next=StepMessage(ex.id, 0, 1, "step"))
+    return new, Effects(run_next=StepMessage(ex.id, 0, 1, MessageKind.STEP))
 
 
 def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
     """Schedule the next attempt ``delay`` seconds from now."""
     ready = now + delay
-    message = StepMessage(ex.id, ex.current_step, ex.attempt + 1, "retry")
+    message = StepMessage(ex.id, ex.current_step, ex.attempt + 1, MessageKind.RETRY)
     if delay <= cfg.max_sqs_delay:
         # The delayed message runs it; the lease covers that message being lost.
         new = ex.evolve(

@@ -39,7 +39,7 @@ class Settings:
     shards: int = 4
     log_level: str = "INFO"
     workflow_modules: tuple[str, ...] = ("workflows",)
-    lease_seconds: float = 90.0
+    lease_seconds: float = EngineConfig.lease_seconds
     chain: bool = True
     visibility_timeout: int = 360
     heartbeat_seconds: float = 30.0
@@ -62,7 +62,7 @@ class Settings:
             workflow_modules=tuple(
                 m.strip() for m in env.get("LOOM_WORKFLOW_MODULES", "workflows").split(",") if m.strip()
             ),
-            lease_seconds=float(env.get("LOOM_LEASE_SECONDS", "90")),
+            lease_seconds=float(env.get("LOOM_LEASE_SECONDS") or EngineConfig.lease_seconds),
             chain=_flag(env.get("LOOM_CHAIN", "true")),
             visibility_timeout=int(env.get("LOOM_VISIBILITY_TIMEOUT", "360")),
             heartbeat_seconds=float(env.get("LOOM_HEARTBEAT_SECONDS", "30")),

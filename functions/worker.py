@@ -16,7 +16,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
 
         def remaining() -> float:
-            return context.get_remaining_time_in_millis() / 1000.0
+            return float(context.get_remaining_time_in_millis()) / 1000.0
 
     return process_batch(
         engine,

@@ -39,6 +39,17 @@ SUMMARY_ATTRIBUTES = [
 ]
 
 
+# The step-history rules (engine/history_rules.py), as condition fragments.
+# ``#s`` is the record's status, ``:a`` the attempt being written.
+NEW_RECORD = "attribute_not_exists(#s)"
+COMMIT_ONCE = "#s <> :done"
+FAILED_IS_FINAL = "NOT (#s = :failed AND last_attempt >= :a)"
+ONE_RECORD_PER_ATTEMPT = "(attribute_not_exists(last_attempt) OR last_attempt < :a)"
+NO_FAILURE_AFTER_COMMIT = f"({NEW_RECORD} OR {COMMIT_ONCE})"
+MAY_COMMIT = f"{NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL})"
+MAY_RECORD_FAILURE = f"{ONE_RECORD_PER_ATTEMPT} AND {NO_FAILURE_AFTER_COMMIT}"
+
+
 def exec_pk(execution_id: str) -> str:
     return f"EXEC#{execution_id}"
 
@@ -191,11 +202,7 @@ class DynamoStore:
                     "started_at = if_not_exists(started_at, :st), "
                     "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
                 ),
-                # A final failure is a commit point too: a late success of an attempt that
-                # was already given up on must not resurrect the step.
-                ConditionExpression=(
-                    "attribute_not_exists(#s) OR (#s <> :done AND NOT (#s = :failed AND last_attempt >= :a))"
-                ),
+                ConditionExpression=MAY_COMMIT,
                 ExpressionAttributeNames={"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
                 ExpressionAttributeValues={
                     ":done": _s(StepStatus.COMPLETED.value),
@@ -239,10 +246,7 @@ class DynamoStore:
                     TableName=self._table,
                     Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
                     UpdateExpression=update,
-                    ConditionExpression=(
-                        "(attribute_not_exists(last_attempt) OR last_attempt < :a) "
-                        "AND (attribute_not_exists(#s) OR #s <> :done)"
-                    ),
+                    ConditionExpression=MAY_RECORD_FAILURE,
                     ExpressionAttributeNames={"#s": "status", "#e": "error", "#n": "name"},
                     ExpressionAttributeValues=values,
                     **self._capacity(),

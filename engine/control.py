@@ -1,0 +1,139 @@
+"""The control API: start, inspect, list, cancel and re-drive executions."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from engine import transitions as tr
+from engine.errors import (
+    AlreadyTerminal,
+    ConflictError,
+    ExecutionAlreadyExists,
+    ExecutionNotFound,
+    InvalidInput,
+    NotFailed,
+)
+from engine.limits import check_execution_id, check_item, meta_item_size
+from engine.messages import MessageKind, StepMessage
+from engine.outbox import dispatch, execution_log
+from engine.parts import Parts
+from engine.ports import Page
+from engine.state import Execution, Status, StepRecord, canonical_json
+
+CONFLICT_RETRIES = 5
+
+
+def start(parts: Parts, workflow: str, input: Any, execution_id: str | None = None) -> tuple[Execution, bool]:
+    """Start an execution; idempotent on ``execution_id``. Returns (execution, created).
+
+    Raises ``UnknownWorkflow``, ``InvalidInput`` (and its ``PayloadTooLarge``),
+    ``ExecutionAlreadyExists`` when the id is taken with another workflow or input.
+    """
+    spec = parts.registry.get(workflow)
+    if execution_id is None:
+        execution_id = uuid.uuid4().hex
+    check_execution_id(execution_id)
+    input_json = _input_json(input)
+    check_item(meta_item_size(input_json, input_json), "the input")
+    now = parts.clock.now()
+    document = json.loads(input_json)
+    draft = Execution(
+        id=execution_id,
+        workflow=workflow,
+        status=Status.RUNNING,
+        current_step=0,
+        version=1,
+        input=document,
+        context=dict(document),
+        created_at=now,
+        updated_at=now,
+    )
+    ex, effects = tr.start_state(draft, spec, parts.config)
+    try:
+        parts.store.create_execution(ex)
+    except ConflictError as exc:
+        existing = parts.store.get_execution(execution_id)
+        if existing is None:  # deleted in between; let the caller retry
+            raise
+        if existing.workflow != workflow or canonical_json(existing.input) != input_json:
+            raise ExecutionAlreadyExists(
+                f"execution {execution_id!r} exists with a different workflow or input",
+                execution_id=execution_id,
+            ) from exc
+        return existing, False
+    execution_log(ex).info("execution.started", workflow=workflow)
+    dispatch(parts, effects)
+    return ex, True
+
+
+def _input_json(input: Any) -> str:
+    if input is None:
+        input = {}
+    if not isinstance(input, dict):
+        raise InvalidInput("input must be a JSON object")
+    try:
+        return canonical_json(input)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"input is not JSON-serialisable: {exc}") from exc
+
+
+def get(parts: Parts, execution_id: str) -> Execution:
+    """Raises ``InvalidExecutionId`` or ``ExecutionNotFound``."""
+    check_execution_id(execution_id)
+    ex = parts.store.get_execution(execution_id)
+    if ex is None:
+        raise ExecutionNotFound(f"no execution {execution_id!r}", execution_id=execution_id)
+    return ex
+
+
+def history(parts: Parts, execution_id: str) -> list[StepRecord]:
+    get(parts, execution_id)
+    return parts.store.history(execution_id)
+
+
+def list_executions(
+    parts: Parts, *, status: str | None = None, workflow: str | None = None, limit: int = 50, cursor: str | None = None
+) -> Page:
+    """Raises ``InvalidInput`` for an unknown status, a limit outside 1..1000 or a bad cursor."""
+    if status is not None and status not in Status.__members__:
+        raise InvalidInput(f"status must be one of {sorted(Status.__members__)}")
+    if not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be between 1 and 1000")
+    return parts.store.list_executions(status=status, workflow=workflow, limit=limit, cursor=cursor)
+
+
+def cancel(parts: Parts, execution_id: str) -> Execution:
+    """Raises ``AlreadyTerminal``, or ``ConflictError`` if the execution kept changing."""
+    ex = get(parts, execution_id)
+    for _ in range(CONFLICT_RETRIES):
+        if ex.terminal:
+            raise AlreadyTerminal(f"execution {execution_id!r} is already {ex.status.value}", status=ex.status.value)
+        new = tr.cancelled_state(ex, parts.clock.now())
+        try:
+            parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+        except ConflictError:
+            ex = get(parts, execution_id)
+            continue
+        execution_log(new).info("execution.cancelled")
+        return new
+    raise ConflictError(f"execution {execution_id!r} kept changing; try again")
+
+
+def redrive_failed(parts: Parts, execution_id: str) -> Execution:
+    """Give a FAILED execution a new round of attempts at the step that failed.
+
+    Raises ``NotFailed`` unless the execution is FAILED, ``UnknownWorkflow`` if this
+    deployment does not have its workflow (it would only fail again).
+    """
+    ex = get(parts, execution_id)
+    if ex.status is not Status.FAILED:
+        raise NotFailed(f"execution {execution_id!r} is {ex.status.value}, not FAILED", status=ex.status.value)
+    parts.registry.get(ex.workflow)
+    new = tr.redriven_state(ex, parts.clock.now(), parts.config)
+    parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    execution_log(new).info("execution.redriven")
+    message = StepMessage(new.id, new.current_step, new.attempt, MessageKind.STEP)
+    dispatch(parts, tr.Effects(run_next=message))
+    return new

@@ -1,0 +1,42 @@
+"""Sending step messages after a durable write, and the loggers bound to what they are about."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import transitions as tr
+from engine.errors import LoomError, ResourceMissing
+from engine.log import get_logger
+from engine.messages import StepMessage
+from engine.parts import Parts
+from engine.state import Execution, error_info
+
+
+def send(parts: Parts, message: StepMessage, delay: int) -> None:
+    """Send after the state is durable; a failed send is left to the lease, not raised."""
+    try:
+        parts.queue.send(message, min(delay, parts.config.max_sqs_delay))
+    except ResourceMissing:
+        raise  # a missing queue is a deployment error to report, not a hiccup to ride out
+    except LoomError as exc:
+        # The state is durable and carries a wake time: the sweeper will re-drive it.
+        message_log(message).warning("message.send_failed", error=error_info(exc))
+
+
+def dispatch(parts: Parts, effects: tr.Effects) -> None:
+    if effects.run_next is not None:
+        send(parts, effects.run_next, 0)
+    if effects.delayed is not None:
+        send(parts, *effects.delayed)
+
+
+def message_log(message: StepMessage) -> Any:
+    return get_logger(execution_id=message.execution_id, step=message.step, attempt=message.attempt)
+
+
+def execution_log(ex: Execution) -> Any:
+    return get_logger(execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
+
+
+def engine_log() -> Any:
+    return get_logger(execution_id=None, step=None, attempt=None)

@@ -1,0 +1,130 @@
+"""The worker's side: handle a step message, then chain further steps while time allows.
+
+``handle_link`` reads, asks ``engine.verdicts`` what the message means, and carries
+the verdict out through ``engine.steps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from engine import steps
+from engine import transitions as tr
+from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
+from engine.messages import MessageKind, StepMessage
+from engine.outbox import message_log, send
+from engine.outcome import LinkResult, Outcome, OutcomeStatus
+from engine.parts import Parts
+from engine.ports import FaultPoint
+from engine.state import AttemptOutcome, Execution, error_info
+from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
+from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
+
+Remaining = Callable[[], float]
+
+
+def handle(
+    parts: Parts, message: StepMessage, *, redelivered: bool = False, remaining: Remaining | None = None
+) -> Outcome:
+    """Run what ``message`` points at, then chain further steps while time allows.
+
+    Raises what the store or queue raise (``TransientError``...) for the first link, so
+    that the message is delivered again; a later link's failure is handed back to the queue.
+    """
+    steps_run = 0
+    chained = False
+    known: Execution | None = None
+    while True:
+        try:
+            done = handle_link(parts, message, redelivered=redelivered, known=known)
+        except Exception as exc:
+            if not chained:
+                raise
+            # The message that started the chain is consumed: redelivering it would be
+            # stale. Hand this link back to the queue (guarded), or leave it to the lease.
+            message_log(message).warning("chain.link_failed", error=error_info(exc))
+            send(parts, replace(message, kind=MessageKind.REDRIVE), 0)
+            return Outcome(OutcomeStatus.CHAIN_BROKEN, steps_run)
+        steps_run += done.ran
+        nxt = done.effects.run_next
+        if done.effects.delayed is not None:
+            send(parts, *done.effects.delayed)
+        if nxt is None:
+            return Outcome(done.status, steps_run)
+        if can_chain(parts, remaining):
+            message, redelivered, chained, known = nxt, False, True, done.effects.written
+            continue
+        send(parts, nxt, 0)
+        parts.faults.point(FaultPoint.AFTER_ENQUEUE, execution_id=nxt.execution_id, step=nxt.step)
+        return Outcome(done.status, steps_run)
+
+
+def can_chain(parts: Parts, remaining: Remaining | None) -> bool:
+    return parts.config.chain and remaining is not None and remaining() > parts.config.chain_reserve_seconds
+
+
+def handle_link(parts: Parts, msg: StepMessage, *, redelivered: bool, known: Execution | None = None) -> LinkResult:
+    # A chained link starts from the state its predecessor wrote (no read back):
+    # any write since then makes this link's own conditional write fail.
+    ex = known if known is not None and known.id == msg.execution_id else parts.store.get_execution(msg.execution_id)
+    log = message_log(msg)
+    check = check_message(msg, ex, parts.clock.now(), parts.config)
+    if check.verdict is MessageVerdict.ORPHAN or ex is None:
+        log.warning("message.orphan", kind=msg.kind.value)
+        return LinkResult(OutcomeStatus.ORPHAN)
+    if check.verdict is MessageVerdict.STALE:
+        log.info(
+            "message.stale",
+            kind=msg.kind.value,
+            status=ex.status.value,
+            current_step=ex.current_step,
+            current_attempt=ex.attempt,
+        )
+        return LinkResult(OutcomeStatus.STALE)
+    if check.verdict is MessageVerdict.EARLY:
+        log.info("message.early", due_at=check.due_at)
+        return LinkResult(OutcomeStatus.EARLY)
+    try:
+        spec = parts.registry.get(ex.workflow)
+        st = steps.step_at(spec, ex.current_step)
+        if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
+            return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
+    except (UnknownWorkflow, WorkflowDefinitionError) as exc:
+        # Failing the message would only redeliver it until SQS parks it; fail the execution.
+        return steps.fail_execution(parts, ex, exc, st_name=None)
+    if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once"):
+        return run_guarded(parts, ex, spec, st)
+    return steps.run_step(parts, ex, spec, st)
+
+
+def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    """Look at the history and the start mark first; mark the attempt started; then run it."""
+    log = message_log(StepMessage(ex.id, ex.current_step, ex.attempt))
+    record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    now = parts.clock.now()
+    guard = check_guard(ex, record, now, parts.config)
+    if guard.verdict is GuardVerdict.ROLL_FORWARD and record is not None:
+        log.info("step.roll_forward")
+        return steps.advance(parts, ex, spec, record.result, ran=0)
+    if guard.verdict is GuardVerdict.IN_FLIGHT:
+        log.info("step.in_flight_elsewhere", marked_at=guard.marked_at)
+        return LinkResult(OutcomeStatus.IN_FLIGHT)
+    if guard.verdict is GuardVerdict.WORKER_LOST:
+        lost = WorkerLost(f"the worker died while attempt {ex.attempt} of step {st.name!r} ran")
+        started = guard.marked_at if guard.marked_at is not None else now
+        return steps.fail_attempt(parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST)
+    marked = tr.started_state(ex, now, parts.config)
+    try:
+        parts.store.put_execution(marked, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        log.info("message.stale", reason="lost_start_mark")
+        return LinkResult(OutcomeStatus.STALE)
+    return steps.run_step(parts, marked, spec, st)
+
+
+def dead_letter_raw(parts: Parts, body: str, reason: LoomError, message_id: str | None = None) -> None:
+    """Park a message the worker cannot understand, with why, instead of dropping it."""
+    parts.queue.send_dead_letter(
+        {"loom": "malformed", "message_id": message_id, "error": error_info(reason), "body": body[:200_000]}
+    )

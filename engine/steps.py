@@ -1,0 +1,188 @@
+"""Running one attempt of a step and writing what came of it.
+
+The history record is the commit point of a step's result: ``advance`` rolls the
+execution forward with whatever result is committed, whoever committed it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from engine import transitions as tr
+from engine.errors import ConflictError, InvalidResult, LoomError, ResultTooLarge, WorkflowDefinitionError
+from engine.limits import check_item, meta_item_size
+from engine.outbox import execution_log
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.ports import FaultPoint
+from engine.retry import decide
+from engine.state import Attempt, AttemptOutcome, Execution, StepStatus, canonical_json, error_info
+from engine.workflow import SleepSpec, StepContext, StepSpec, WorkflowSpec
+
+CONFLICT_RETRIES = 5
+
+
+def step_at(spec: WorkflowSpec, index: int) -> StepSpec | SleepSpec:
+    if index >= len(spec.steps):
+        raise WorkflowDefinitionError(
+            f"workflow {spec.name!r} has {len(spec.steps)} steps; the execution is at step {index}"
+        )
+    return spec.steps[index]
+
+
+def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    log = execution_log(ex).bind(step_name=st.name)
+    ctx = StepContext(
+        execution_id=ex.id,
+        workflow=ex.workflow,
+        step_index=ex.current_step,
+        step_name=st.name,
+        attempt=ex.attempt,
+        data=MappingProxyType(json.loads(canonical_json(ex.context))),
+        log=log,
+        services=parts.services,
+    )
+    parts.faults.point(FaultPoint.BEFORE_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
+    started = parts.clock.now()
+    log.info("step.started")
+    try:
+        result = check_result(ex, st.fn(ctx))
+    except Exception as exc:
+        return fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+    parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
+    finished = parts.clock.now()
+    attempt = Attempt(ex.attempt, started, finished, AttemptOutcome.COMPLETED)
+    try:
+        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
+    except ConflictError:
+        record = parts.store.get_step(ex.id, ex.current_step, st.name)
+        if record is None or record.status is not StepStatus.COMPLETED:
+            # The step was given up on (FAILED) while this attempt ran: its result is void.
+            log.info("step.commit_refused", recorded=None if record is None else record.status.value)
+            return LinkResult(OutcomeStatus.STALE, 1)
+        # Another runner committed this step first; its result is the one that counts.
+        log.info("step.duplicate_commit")
+        return advance(parts, ex, spec, record.result, ran=1)
+    log.info("step.completed", duration_ms=round((finished - started) * 1000, 1))
+    return advance(parts, ex, spec, result, ran=1)
+
+
+def check_result(ex: Execution, result: Any) -> dict[str, Any] | None:
+    """The result as stored JSON; ``InvalidResult`` or ``ResultTooLarge`` (both non-retryable)."""
+    if result is not None and not isinstance(result, dict):
+        raise InvalidResult(f"a step must return a dict or None, not {type(result).__name__}")
+    try:
+        result_json = canonical_json(result)
+    except (TypeError, ValueError) as exc:
+        raise InvalidResult(f"the step's result is not JSON-serialisable: {exc}") from exc
+    stored: dict[str, Any] | None = json.loads(result_json)
+    merged = canonical_json(tr.merge_context(ex.context, stored))
+    size = max(meta_item_size(canonical_json(ex.input), merged), meta_item_size("", result_json))
+    try:
+        check_item(size, "the step's result")
+    except LoomError as exc:
+        raise ResultTooLarge(exc.message) from exc
+    return stored
+
+
+def advance(parts: Parts, ex: Execution, spec: WorkflowSpec, result: dict[str, Any] | None, *, ran: int) -> LinkResult:
+    """Roll the execution forward past its current step, whoever committed that step."""
+    expected_status, index = ex.status, ex.current_step
+    for _ in range(CONFLICT_RETRIES):
+        new, effects = tr.after_step(ex, spec, result, parts.clock.now(), parts.config)
+        try:
+            parts.store.put_execution(new, expected_version=ex.version, expected_step=index)
+        except ConflictError:
+            fresh = parts.store.get_execution(ex.id)
+            if fresh is None or fresh.status is not expected_status or fresh.current_step != index:
+                execution_log(ex).info("step.advance_lost")
+                return LinkResult(OutcomeStatus.STALE, ran)
+            ex = fresh
+            continue
+        execution_log(new).info("execution.advanced", status=new.status.value, version=new.version)
+        parts.faults.point(
+            FaultPoint.AFTER_CHECKPOINT, execution_id=ex.id, step=index, attempt=ex.attempt, input=ex.input
+        )
+        return LinkResult(OutcomeStatus.COMPLETED_STEP, ran, replace(effects, written=new))
+    raise ConflictError(f"execution {ex.id!r} kept changing while advancing")
+
+
+def wake(parts: Parts, ex: Execution) -> LinkResult:
+    """Commit a finished sleep and move on (a wake message, the sweeper or a redriven sleep)."""
+    spec = parts.registry.get(ex.workflow)
+    st = step_at(spec, ex.current_step)
+    now = parts.clock.now()
+    slept_from = (ex.next_wake_at - st.seconds) if isinstance(st, SleepSpec) and ex.next_wake_at else ex.updated_at
+    try:
+        parts.store.commit_step(
+            ex.id, ex.current_step, st.name, Attempt(1, slept_from, now, AttemptOutcome.COMPLETED), None
+        )
+    except ConflictError:
+        pass  # a concurrent waker recorded it; rolling forward is still right
+    done = advance(parts, ex, spec, None, ran=0)
+    if done.status is OutcomeStatus.COMPLETED_STEP:
+        return replace(done, status=OutcomeStatus.WOKE)
+    return done
+
+
+def fail_attempt(
+    parts: Parts,
+    ex: Execution,
+    spec: WorkflowSpec,
+    st: StepSpec,
+    error: BaseException,
+    *,
+    started_at: float,
+    outcome: AttemptOutcome,
+) -> LinkResult:
+    """Record a failed attempt, then retry it or fail the execution, as the policy says."""
+    log = execution_log(ex).bind(step_name=st.name)
+    now = parts.clock.now()
+    decision = decide(spec.policy_for(st), error, ex.round_attempt, parts.rng)
+    info = error_info(error)
+    attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None)
+    ran = 0 if outcome is AttemptOutcome.WORKER_LOST else 1
+    if not parts.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=not decision.retry):
+        record = parts.store.get_step(ex.id, ex.current_step, st.name)
+        if record is not None and record.status is StepStatus.COMPLETED:
+            # A concurrent run of this step succeeded: that result wins over this failure.
+            log.info("step.failure_superseded")
+            return advance(parts, ex, spec, record.result, ran=ran)
+    if not decision.retry:
+        log.warning("step.failed", error=info, reason=decision.reason)
+        return fail_execution(parts, ex, error, st_name=st.name, reason=decision.reason, ran=ran)
+    new, effects = tr.retry_state(ex, decision.delay, now, parts.config)
+    try:
+        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        log.info("step.retry_lost")
+        return LinkResult(OutcomeStatus.STALE, ran)
+    via = "queue" if effects.delayed else "sweeper"
+    log.info("step.retry_scheduled", error=info, delay=round(decision.delay, 3), via=via)
+    parts.faults.point(
+        FaultPoint.AFTER_CHECKPOINT, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt, input=ex.input
+    )
+    return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, effects)
+
+
+def fail_execution(
+    parts: Parts, ex: Execution, error: BaseException, *, st_name: str | None, reason: str = "", ran: int = 0
+) -> LinkResult:
+    now = parts.clock.now()
+    info = {**error_info(error), "step": ex.current_step, "step_name": st_name, "attempt": ex.attempt, "reason": reason}
+    # Dead-letter first: a crash before the state write re-runs this path and at
+    # worst parks the execution twice; the other order could lose it.
+    parts.queue.send_dead_letter(
+        {"loom": "failed", "execution_id": ex.id, "workflow": ex.workflow, "failed_at": now, "error": info}
+    )
+    new = tr.failed_state(ex, info, now)
+    try:
+        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        execution_log(ex).info("execution.fail_lost")
+        return LinkResult(OutcomeStatus.STALE, ran)
+    execution_log(new).warning("execution.failed", error=info)
+    return LinkResult(OutcomeStatus.FAILED, ran)

@@ -1,0 +1,139 @@
+"""The sweeper: wakes due sleeps and re-drives RUNNING executions whose lease ran out."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+from engine import steps
+from engine import transitions as tr
+from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
+from engine.log import get_logger
+from engine.messages import MessageKind, StepMessage
+from engine.outbox import engine_log, execution_log, send
+from engine.outcome import OutcomeStatus
+from engine.parts import Parts
+from engine.state import Execution, Status, error_info
+
+SQS_BATCH = 10
+
+
+class SweepAction(StrEnum):
+    REDRIVE = "redrive"
+    WOKE = "woke"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    due: int = 0
+    redriven: int = 0
+    woken: int = 0
+    skipped: int = 0
+    truncated: bool = False
+    # Executions (or sends) that hit an error; they stay due and the next sweep retries them.
+    errors: int = 0
+
+
+@dataclass
+class _Tally:
+    due: int = 0
+    redriven: int = 0
+    woken: int = 0
+    skipped: int = 0
+    errors: int = 0
+
+    def count(self, action: SweepAction) -> None:
+        self.redriven += action is SweepAction.REDRIVE
+        self.woken += action is SweepAction.WOKE
+        self.skipped += action is SweepAction.SKIPPED
+
+
+def sweep(parts: Parts, now: float | None = None) -> SweepReport:
+    """Re-drive every due execution, shard by shard, at most ``sweep_limit`` per call."""
+    now = parts.clock.now() if now is None else now
+    tally = _Tally()
+    budget = parts.config.sweep_limit
+    truncated = False
+    # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
+    outgoing: list[StepMessage] = []
+    for shard in range(parts.config.shards):
+        cursor: str | None = None
+        while True:
+            if budget <= 0:
+                truncated = True
+                break
+            ids, cursor = parts.store.due(shard, now, min(parts.config.sweep_page, budget), cursor)
+            budget -= len(ids)
+            tally.due += len(ids)
+            for execution_id in ids:
+                message = _sweep_guarded(parts, execution_id, now, tally)
+                if message is not None:
+                    outgoing.append(message)
+                if len(outgoing) >= SQS_BATCH:
+                    tally.errors += send_redrives(parts, outgoing)
+                    outgoing = []
+            if cursor is None:
+                break
+    if outgoing:
+        tally.errors += send_redrives(parts, outgoing)
+    report = SweepReport(truncated=truncated, **asdict(tally))
+    engine_log().info("sweep.finished", **asdict(report))
+    return report
+
+
+def _sweep_guarded(parts: Parts, execution_id: str, now: float, tally: _Tally) -> StepMessage | None:
+    try:
+        action, message = sweep_one(parts, execution_id, now)
+    except LoomError as exc:
+        # One execution's trouble (throttling, say) must not stall the others:
+        # it is still due, and the next sweep tries it again.
+        get_logger(execution_id=execution_id, step=None, attempt=None).warning("sweep.failed", error=error_info(exc))
+        tally.errors += 1
+        return None
+    tally.count(action)
+    return message
+
+
+def send_redrives(parts: Parts, messages: list[StepMessage]) -> int:
+    """Send the sweep's messages; the number of failed sends (0 or 1)."""
+    try:
+        parts.queue.send_many(messages)
+    except LoomError as exc:
+        # The claims are durable with a fresh lease: the sweep after it re-drives them.
+        engine_log().warning("sweep.send_failed", error=error_info(exc), messages=len(messages))
+        return 1
+    return 0
+
+
+def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction, StepMessage | None]:
+    ex = parts.store.get_execution(execution_id)
+    if ex is None or ex.next_wake_at is None or ex.next_wake_at > now:
+        return SweepAction.SKIPPED, None
+    try:
+        if ex.terminal:  # should not be indexed; clean it up
+            _unindex(parts, ex, now)
+            return SweepAction.SKIPPED, None
+        if ex.status is Status.SLEEPING:
+            done = steps.wake(parts, ex)
+            if done.effects.delayed is not None:
+                send(parts, *done.effects.delayed)
+            action = SweepAction.WOKE if done.status is OutcomeStatus.WOKE else SweepAction.SKIPPED
+            return action, done.effects.run_next
+        new = tr.reclaimed_state(ex, now, parts.config)
+        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        execution_log(ex).info("sweep.lost_race")
+        return SweepAction.SKIPPED, None
+    except (UnknownWorkflow, WorkflowDefinitionError) as exc:
+        steps.fail_execution(parts, ex, exc, st_name=None)
+        return SweepAction.SKIPPED, None
+    wake_at = ex.next_wake_at
+    execution_log(ex).info("sweep.redrive", wake_at=wake_at, late_by=round(now - wake_at, 3))
+    return SweepAction.REDRIVE, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
+
+
+def _unindex(parts: Parts, ex: Execution, now: float) -> None:
+    parts.store.put_execution(
+        ex.evolve(now, next_wake_at=None), expected_version=ex.version, expected_step=ex.current_step
+    )

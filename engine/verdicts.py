@@ -1,0 +1,89 @@
+"""Check, then act: what a step message means, decided without I/O.
+
+The runner reads the execution (and, for a guarded run, the step's history record),
+asks these functions what to do, and carries the verdict out. Every branch of the
+message protocol is here, so the unit tests can walk all of them without moto.
+
+    message ──► check_message ──► ORPHAN | STALE | EARLY          (acknowledge, nothing written)
+                      │           WAKE                            (finish the sleep)
+                      │           RUN ──► unguarded: run the step
+                      │            └────► guarded: check_guard ──► ROLL_FORWARD | IN_FLIGHT
+                      │                                            WORKER_LOST  | MARK_AND_RUN
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from engine.config import EngineConfig
+from engine.messages import MessageKind, StepMessage
+from engine.state import Execution, Status, StepRecord, StepStatus
+
+
+class MessageVerdict(StrEnum):
+    ORPHAN = "orphan"  # no such execution (deleted, or never created)
+    STALE = "stale"  # the execution has moved past what the message points at
+    EARLY = "early"  # it points at the right place, but before its ready or wake time
+    WAKE = "wake"  # a sleep is over: commit it and move on
+    RUN = "run"  # run the current attempt of the current step
+
+
+class GuardVerdict(StrEnum):
+    ROLL_FORWARD = "roll_forward"  # the step is committed already: advance with that result
+    IN_FLIGHT = "in_flight"  # another runner marked this attempt less than a lease ago
+    WORKER_LOST = "worker_lost"  # the attempt was marked a lease or more ago: its worker died
+    MARK_AND_RUN = "mark_and_run"  # record the attempt as started, then run it
+
+
+@dataclass(frozen=True)
+class MessageCheck:
+    verdict: MessageVerdict
+    # When EARLY: the time the message should have arrived at.
+    due_at: float | None = None
+
+
+@dataclass(frozen=True)
+class GuardCheck:
+    verdict: GuardVerdict
+    # When IN_FLIGHT or WORKER_LOST: when the attempt was marked started.
+    marked_at: float | None = None
+
+
+def points_at(msg: StepMessage, ex: Execution) -> bool:
+    """Whether the message still addresses the execution's current position."""
+    if msg.kind is MessageKind.WAKE:
+        return ex.status is Status.SLEEPING and ex.current_step == msg.step
+    return ex.status is Status.RUNNING and ex.current_step == msg.step and ex.attempt == msg.attempt
+
+
+def check_message(msg: StepMessage, ex: Execution | None, now: float, cfg: EngineConfig) -> MessageCheck:
+    if ex is None:
+        return MessageCheck(MessageVerdict.ORPHAN)
+    if not points_at(msg, ex):
+        return MessageCheck(MessageVerdict.STALE)
+    due_at = ex.next_wake_at if msg.kind is MessageKind.WAKE else ex.ready_at
+    if due_at is not None and now + cfg.early_tolerance < due_at:
+        return MessageCheck(MessageVerdict.EARLY, due_at=due_at)
+    if msg.kind is MessageKind.WAKE:
+        return MessageCheck(MessageVerdict.WAKE)
+    return MessageCheck(MessageVerdict.RUN)
+
+
+def needs_guard(msg: StepMessage, *, redelivered: bool, at_most_once: bool) -> bool:
+    """A run is guarded when something may have gone wrong before it, or the step asks."""
+    return redelivered or msg.needs_guard or at_most_once
+
+
+def check_guard(ex: Execution, record: StepRecord | None, now: float, cfg: EngineConfig) -> GuardCheck:
+    """A guarded run: look at the history and the start mark before running anything."""
+    if record is not None and record.status is StepStatus.COMPLETED:
+        return GuardCheck(GuardVerdict.ROLL_FORWARD)
+    if ex.started_attempt != ex.attempt:
+        return GuardCheck(GuardVerdict.MARK_AND_RUN)
+    marked_at = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
+    if now < marked_at + cfg.lease_seconds:
+        # Running or failing it now could overlap a live attempt (a duplicate, or a
+        # redelivery after a short visibility timeout); the lease covers a real death.
+        return GuardCheck(GuardVerdict.IN_FLIGHT, marked_at=marked_at)
+    return GuardCheck(GuardVerdict.WORKER_LOST, marked_at=marked_at)

@@ -1,0 +1,82 @@
+"""Every branch of the message protocol, decided without I/O (engine/verdicts.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.messages import MessageKind, StepMessage
+from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus
+from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
+
+pytestmark = pytest.mark.unit
+
+CFG = EngineConfig(lease_seconds=100, early_tolerance=1.0)
+NOW = 1000.0
+
+
+def ex(**changes: object) -> Execution:
+    base = Execution("e", "wf", Status.RUNNING, 2, 5, {}, {}, 0.0, 900.0, attempt=1)
+    from dataclasses import replace
+
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_no_execution_is_an_orphan() -> None:
+    assert check_message(StepMessage("e", 2), None, NOW, CFG).verdict is MessageVerdict.ORPHAN
+
+
+@pytest.mark.parametrize(
+    ("message", "execution"),
+    [
+        (StepMessage("e", 1), ex()),  # an older step
+        (StepMessage("e", 2, 2, MessageKind.RETRY), ex()),  # a later attempt than the current one
+        (StepMessage("e", 2), ex(attempt=2)),  # an earlier attempt
+        (StepMessage("e", 2), ex(status=Status.CANCELLED)),
+        (StepMessage("e", 2, 1, MessageKind.WAKE), ex()),  # a wake for an execution that is not asleep
+        (StepMessage("e", 1, 1, MessageKind.WAKE), ex(status=Status.SLEEPING)),
+    ],
+)
+def test_a_message_that_no_longer_points_at_the_execution_is_stale(message: StepMessage, execution: Execution) -> None:
+    assert check_message(message, execution, NOW, CFG).verdict is MessageVerdict.STALE
+
+
+def test_a_retry_before_its_ready_time_is_early_and_says_when_it_is_due() -> None:
+    check = check_message(StepMessage("e", 2, 1, MessageKind.RETRY), ex(ready_at=NOW + 5), NOW, CFG)
+    assert check.verdict is MessageVerdict.EARLY and check.due_at == NOW + 5
+
+
+def test_the_early_tolerance_lets_a_message_just_before_its_time_run() -> None:
+    check = check_message(StepMessage("e", 2, 1, MessageKind.RETRY), ex(ready_at=NOW + 0.5), NOW, CFG)
+    assert check.verdict is MessageVerdict.RUN
+
+
+def test_a_wake_at_its_time_wakes_and_before_it_is_early() -> None:
+    asleep = ex(status=Status.SLEEPING, next_wake_at=NOW)
+    assert check_message(StepMessage("e", 2, 1, MessageKind.WAKE), asleep, NOW, CFG).verdict is MessageVerdict.WAKE
+    later = ex(status=Status.SLEEPING, next_wake_at=NOW + 60)
+    assert check_message(StepMessage("e", 2, 1, MessageKind.WAKE), later, NOW, CFG).verdict is MessageVerdict.EARLY
+
+
+def test_guarding() -> None:
+    assert not needs_guard(StepMessage("e", 0), redelivered=False, at_most_once=False)
+    assert needs_guard(StepMessage("e", 0), redelivered=True, at_most_once=False)
+    assert needs_guard(StepMessage("e", 0), redelivered=False, at_most_once=True)
+    assert needs_guard(StepMessage("e", 0, 2, MessageKind.RETRY), redelivered=False, at_most_once=False)
+    assert needs_guard(StepMessage("e", 0, 1, MessageKind.REDRIVE), redelivered=False, at_most_once=False)
+
+
+def test_a_committed_step_rolls_forward() -> None:
+    record = StepRecord("e", 2, "s", StepStatus.COMPLETED, (Attempt(1, 0, 1, AttemptOutcome.COMPLETED),))
+    assert check_guard(ex(), record, NOW, CFG).verdict is GuardVerdict.ROLL_FORWARD
+
+
+def test_an_unmarked_attempt_is_marked_and_run() -> None:
+    assert check_guard(ex(started_attempt=0), None, NOW, CFG).verdict is GuardVerdict.MARK_AND_RUN
+
+
+def test_a_mark_younger_than_a_lease_is_in_flight_and_an_older_one_is_a_lost_worker() -> None:
+    young = check_guard(ex(started_attempt=1, attempt_started_at=NOW - 99), None, NOW, CFG)
+    assert young.verdict is GuardVerdict.IN_FLIGHT and young.marked_at == NOW - 99
+    old = check_guard(ex(started_attempt=1, attempt_started_at=NOW - 100), None, NOW, CFG)
+    assert old.verdict is GuardVerdict.WORKER_LOST and old.marked_at == NOW - 100
