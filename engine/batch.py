@@ -7,12 +7,12 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from engine.error_report import error_info
 from engine.errors import MalformedMessage
 from engine.log import get_logger
 from engine.messages import StepMessage
 from engine.ports import Queue
 from engine.runtime import Engine, Remaining
-from engine.state import error_info
 
 
 class Heartbeat:

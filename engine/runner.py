@@ -11,13 +11,14 @@ from dataclasses import replace
 
 from engine import steps
 from engine import transitions as tr
+from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import message_log, send
 from engine.outcome import LinkResult, Outcome, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
-from engine.state import AttemptOutcome, Execution, error_info
+from engine.state import AttemptOutcome, Execution
 from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
 from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import dead_letters
+from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
     ExecutionNotFound,
@@ -32,7 +33,6 @@ from engine.errors import (
     UnknownWorkflow,
 )
 from engine.log import get_logger
-from engine.state import error_info
 from functions import views, wiring
 from functions.http import HttpError, Request, Router, error_response, response
 

@@ -10,6 +10,7 @@ from typing import Any
 from engine.adapters.aws_errors import mapped
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
+from engine.limits import check_item, utf8_len
 from engine.ports import Page
 from engine.state import Attempt, Execution, Status, StepRecord, StepStatus, canonical_json
 
@@ -56,6 +57,24 @@ def exec_pk(execution_id: str) -> str:
 
 def step_sk(index: int, name: str) -> str:
     return f"STEP#{index:03d}#{name}"
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An item's size by DynamoDB's rules (an upper bound for numbers)."""
+    return sum(utf8_len(name) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    ((kind, data),) = value.items()
+    if kind == "S":
+        return utf8_len(data)
+    if kind == "N":
+        return len(data) // 2 + 2  # at most 21 bytes; half a byte a digit, plus one
+    if kind == "L":
+        return 3 + sum(1 + _value_size(v) for v in data)
+    if kind == "M":
+        return 3 + sum(utf8_len(k) + 1 + _value_size(v) for k, v in data.items())
+    return 1  # BOOL, NULL
 
 
 def _n(value: float | int) -> dict[str, str]:
@@ -115,6 +134,8 @@ class DynamoStore:
             item["attempt_started_at"] = _n(ex.attempt_started_at)
         if ex.error is not None:
             item["error"] = _s(canonical_json(ex.error))
+        # The engine's estimates leave room; this is the item as it will really be sent.
+        check_item(item_size(item), f"execution {ex.id!r}")
         return item
 
     @staticmethod

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from engine.error_report import one_line
 from loom.cli import output
 from loom.client import ApiError, ClientError, ControlPlane, resolve_target
 
@@ -145,14 +146,7 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
     if args.json:
         output.as_json(body)
         return 0
-    rows = [
-        {
-            **s,
-            "tries": len(s.get("attempts") or []),
-            "problem": (s.get("error") or {}).get("message") if isinstance(s.get("error"), dict) else s.get("error"),
-        }
-        for s in body.get("steps", [])
-    ]
+    rows = [{**s, "tries": len(s.get("attempts") or []), "problem": _problem(s)} for s in body.get("steps", [])]
     output.table(
         rows,
         [
@@ -166,6 +160,15 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _problem(step: dict[str, Any]) -> str:
+    """The last failed attempt's cause in one line: type, message and where it was raised."""
+    for attempt in reversed(step.get("attempts") or []):
+        if isinstance(attempt, dict) and isinstance(attempt.get("error"), dict):
+            return one_line(attempt["error"])
+    error = step.get("error")
+    return one_line(error) if isinstance(error, dict) else str(error or "")
 
 
 def list_(client: ControlPlane, args: argparse.Namespace) -> int:
