@@ -220,3 +220,37 @@ def test_inputs_past_the_item_limit_name_their_own_size(fn: Functions, size: int
     assert f"the input is {size:,} bytes" in body["error"]["message"]
     assert "largest input is 203,776 bytes" in body["error"]["message"]
     assert fn.counts() == before
+
+
+def test_due_pages_resume_and_a_cursor_of_another_shard_is_refused(aws: dict[str, Any]) -> None:
+    from engine.errors import InvalidInput
+
+    store = DynamoStore(aws["dynamodb"], aws["Table"], 1, cursor_key=cursors.derive_key("s"))
+    for i in range(3):
+        store.create_execution(
+            Execution(
+                id=f"d{i}",
+                workflow="pipeline",
+                status=Status.SLEEPING,
+                current_step=0,
+                version=1,
+                input={},
+                context={},
+                created_at=1.0,
+                updated_at=1.0,
+                next_wake_at=10.0 + i,
+            )
+        )
+    seen, cursor = [], None
+    for _ in range(4):
+        ids, cursor = store.due(0, 100.0, 1, cursor)
+        seen += ids
+        if cursor is None:
+            break
+    assert sorted(seen) == ["d0", "d1", "d2"]
+    _, first = store.due(0, 100.0, 1, None)
+    assert first is not None
+    with pytest.raises(InvalidInput, match="cursor is not one this API returned"):
+        store.due(1, 100.0, 1, first)
+    with pytest.raises(InvalidInput):
+        DynamoStore(aws["dynamodb"], aws["Table"], 1).due(0, 100.0, 1, first)  # another key
