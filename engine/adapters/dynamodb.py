@@ -374,4 +374,3 @@ class DynamoStore:
                     out[item[PK]["S"]] = self._execution(item)
                 request = answer.get("UnprocessedKeys") or {}
         return out
-

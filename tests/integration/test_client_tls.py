@@ -91,14 +91,16 @@ def server(status: int, headers: dict[str, str]) -> Iterator[tuple[str, list[dic
 
 
 def test_a_signed_request_does_not_follow_a_redirect() -> None:
-    with server(200, {}) as (elsewhere, reached):
-        with server(307, {"location": elsewhere + "/workflows"}) as (url, first):
-            plane = ControlPlane(Target(url, signed=True, region="us-east-1"), credentials=CREDS, timeout=5)
-            with pytest.raises(ClientError, match="answered 307"):
-                plane.workflows()
-            assert first and first[0]["authorization"].startswith("AWS4-HMAC-SHA256 ")
-            assert reached == []  # the signature and token went nowhere else
+    with (
+        server(200, {}) as (elsewhere, reached),
+        server(307, {"location": elsewhere + "/workflows"}) as (url, first),
+    ):
+        plane = ControlPlane(Target(url, signed=True, region="us-east-1"), credentials=CREDS, timeout=5)
+        with pytest.raises(ClientError, match="answered 307"):
+            plane.workflows()
+        assert first and first[0]["authorization"].startswith("AWS4-HMAC-SHA256 ")
+        assert reached == []  # the signature and token went nowhere else
 
-            unsigned = ControlPlane(Target(url, signed=False), timeout=5)
-            assert unsigned.workflows() == {}  # the local stack's unsigned requests may follow
-            assert len(reached) == 1 and "authorization" not in reached[0]
+        unsigned = ControlPlane(Target(url, signed=False), timeout=5)
+        assert unsigned.workflows() == {}  # the local stack's unsigned requests may follow
+        assert len(reached) == 1 and "authorization" not in reached[0]
