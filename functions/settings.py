@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.errors import ResourceMissing
@@ -46,7 +46,7 @@ class Settings:
     visibility_timeout: int = 360
     heartbeat_seconds: float = 30.0
     chaos_crash_after_checkpoint: bool = False
-    cursor_secret: str = ""
+    cursor_secret: str = field(default="", repr=False)  # a secret: never in a log line
     clock_offset_file: str | None = None
 
     @classmethod
