@@ -254,3 +254,9 @@ def test_due_pages_resume_and_a_cursor_of_another_shard_is_refused(aws: dict[str
         store.due(1, 100.0, 1, first)
     with pytest.raises(InvalidInput):
         DynamoStore(aws["dynamodb"], aws["Table"], 1).due(0, 100.0, 1, first)  # another key
+
+
+def test_readme_states_the_same_maximum() -> None:
+    from loom.template import ROOT
+
+    assert f"at most **{MAX_INPUT_BYTES:,} bytes** of JSON" in (ROOT / "README.md").read_text()
