@@ -20,6 +20,11 @@ ERROR_RESERVE = 4 * 1024
 FULL_DETAIL_ATTEMPTS = 10
 FULL_ATTEMPT_BYTES = 4 * 1024
 BRIEF_ATTEMPT_BYTES = 640
+# The input is stored twice in the execution's item (as the input and as the first
+# context), with room for the error it may fail with, so the largest input is under
+# half the item limit. README states it.
+INPUT = "the input"
+MAX_INPUT_BYTES = (DYNAMODB_ITEM_LIMIT - ITEM_OVERHEAD_RESERVE - ERROR_RESERVE) // 2
 ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -69,12 +74,23 @@ def history_item_size(result_json: str, attempts: int) -> int:
 
 def check_item(size: int, what: str) -> None:
     if size > DYNAMODB_ITEM_LIMIT:
-        raise PayloadTooLarge(
-            f"{what} would make a DynamoDB item of about {size} bytes, "
-            f"over the {DYNAMODB_ITEM_LIMIT}-byte (400 KB) item limit",
-            size=size,
-            limit=DYNAMODB_ITEM_LIMIT,
+        raise PayloadTooLarge(too_large(size, what), size=size, limit=DYNAMODB_ITEM_LIMIT)
+
+
+def too_large(size: int, what: str) -> str:
+    """What to tell the caller: for the input, its own size against the largest input there is
+    (``size`` is ``meta_item_size(input, input)``), not the doubled item size."""
+    if what == INPUT:
+        input_bytes = (size - ITEM_OVERHEAD_RESERVE - ERROR_RESERVE) // 2
+        return (
+            f"the input is {input_bytes:,} bytes of JSON; the largest input is {MAX_INPUT_BYTES:,} bytes "
+            f"(an execution stores it twice, as its input and its first context, "
+            f"in one DynamoDB item of at most {DYNAMODB_ITEM_LIMIT:,} bytes (400 KB))"
         )
+    return (
+        f"{what} would make a DynamoDB item of about {size:,} bytes, "
+        f"over the {DYNAMODB_ITEM_LIMIT:,}-byte (400 KB) item limit"
+    )
 
 
 def check_message(body: str) -> None:

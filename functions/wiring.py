@@ -11,6 +11,7 @@ import boto3
 from botocore.config import Config
 
 from engine import Engine, OffsetClock, SystemClock, default_registry
+from engine.adapters.cursor import derive_key
 from engine.adapters.dlq import SqsDeadLetters
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
@@ -67,6 +68,17 @@ def session() -> Any:
     return boto3.session.Session()
 
 
+def cursor_key(settings: Settings) -> bytes | None:
+    """The stack's cursor key; without a secret the store makes one of its own (this process only)."""
+    return derive_key(settings.cursor_secret) if settings.cursor_secret else None
+
+
+def services(settings: Settings, ddb: Any) -> dict[str, Any]:
+    """What steps get in ``ctx.services``. ``chaos`` is True only with the chaos switch on:
+    the example workflows obey their input's crash/hold knobs only then."""
+    return {"ledger": DynamoLedger(ddb, settings.table_name), "chaos": settings.chaos}
+
+
 def engine(settings: Settings | None = None) -> Engine:
     settings = settings or Settings.from_env()
     with _lock:
@@ -80,12 +92,12 @@ def engine(settings: Settings | None = None) -> Engine:
         sqs = s.client("sqs", config=BOTO_CONFIG)
         built = Engine(
             registry=default_registry,
-            store=DynamoStore(ddb, settings.table_name, settings.shards),
+            store=DynamoStore(ddb, settings.table_name, settings.shards, cursor_key=cursor_key(settings)),
             queue=SqsQueue(sqs, settings.queue_url, settings.dlq_url),
             clock=clock_for(settings),
             config=settings.engine_config(),
-            faults=CrashAfterCheckpoint() if settings.chaos_crash_after_checkpoint else NoFaults(),
-            services={"ledger": DynamoLedger(ddb, settings.table_name)},
+            faults=CrashAfterCheckpoint() if settings.chaos else NoFaults(),
+            services=services(settings, ddb),
         )
         _cache[settings] = built
         return built

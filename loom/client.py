@@ -6,6 +6,7 @@ service ``lambda``; botocore's signer does that with the default credential chai
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import urllib.error
@@ -67,6 +68,32 @@ class Target:
     region: str | None = None
 
 
+def is_loopback(host: str | None) -> bool:
+    """127.0.0.0/8, ::1 or localhost: a request there never leaves the machine."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_signable(url: str) -> None:
+    """A signed request goes over HTTPS; plain HTTP only to loopback (a local stack, a test server).
+
+    Over plain HTTP anyone on the path reads the Authorization header and the session token,
+    and can replay the signed request for the minutes it stays valid.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.hostname)):
+        return
+    raise ClientError(
+        f"refusing to send a signed request to {url}: use https:// (plain http:// only to 127.0.0.1, ::1 or localhost)"
+    )
+
+
 def resolve_target(url: str | None, region: str | None) -> Target:
     """``--url`` (signed) if given, else the local stack's control plane (unsigned)."""
     if url:
@@ -74,6 +101,7 @@ def resolve_target(url: str | None, region: str | None) -> Target:
             raise ClientError(
                 f"--url must be an absolute URL like https://<id>.lambda-url.<region>.on.aws/, not {url!r}"
             )
+        check_signable(url)
         region = region or region_from_url(url) or botocore.session.get_session().get_config_variable("region")
         if not region:
             raise ClientError("cannot tell the region from the URL: pass --region")
@@ -109,13 +137,21 @@ class ControlPlane:
         headers = {"accept": "application/json"}
         if body is not None:
             headers["content-type"] = "application/json"
+        opener = _OPENER
         if self.target.signed:
+            check_signable(url)
             headers = sign(method, url, data, headers, self._creds(), self.target.region or "")
+            opener = _SIGNED_OPENER
         req = urllib.request.Request(url, data=data if body is not None else None, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as answer:
+            with opener.open(req, timeout=self.timeout) as answer:
                 return answer.status, _decode(answer.read())
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400 and self.target.signed:
+                raise ClientError(
+                    f"the control plane at {self.target.url} answered {exc.code} (to {exc.headers.get('location')}); "
+                    "a signed request is never sent on to another address"
+                ) from None
             payload = _decode(exc.read())
             error = payload.get("error") if isinstance(payload, dict) else None
             if isinstance(error, dict):
@@ -164,6 +200,17 @@ class ControlPlane:
 
     def dlq_redrive(self, limit: int | None = None) -> dict[str, Any]:
         return self.request("POST", "/dlq/redrive", query={"limit": limit})[1]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib would resend the Authorization header to wherever a redirect points, http:// included."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener()
+_SIGNED_OPENER = urllib.request.build_opener(_NoRedirect())
 
 
 def _segment(value: str) -> str:

@@ -115,12 +115,43 @@ class Template:
         return value
 
     def condition(self, name: str, refs: dict[str, Any]) -> bool:
-        expr = self.doc.get("Conditions", {})[name]
+        return self.truth(self.doc.get("Conditions", {})[name], refs)
+
+    def truth(self, expr: dict[str, Any], refs: dict[str, Any]) -> bool:
+        """A condition or rule expression: Fn::Equals, Fn::Contains, Fn::Not, Fn::And, Fn::Or."""
         ((key, arg),) = expr.items()
         if key == "Fn::Equals":
             a, b = (self.resolve(x, refs) for x in arg)
             return str(a) == str(b)
+        if key == "Fn::Contains":
+            options, value = (self.resolve(x, refs) for x in arg)
+            return str(value) in [str(o) for o in options]
+        if key == "Fn::Not":
+            return not self.truth(arg[0], refs)
+        if key in ("Fn::And", "Fn::Or"):
+            results = [self.truth(x, refs) for x in arg]
+            return all(results) if key == "Fn::And" else any(results)
+        if key == "Condition":
+            return self.condition(arg, refs)
         raise NotImplementedError(f"condition {key} is not supported locally")
+
+    def broken_rules(self, refs: dict[str, Any]) -> list[str]:
+        """The AssertDescription of every template rule these parameters break (CloudFormation
+        refuses such a stack before it creates anything; the local stack does the same)."""
+        broken = []
+        for name, rule in self.doc.get("Rules", {}).items():
+            if "RuleCondition" in rule and not self.truth(rule["RuleCondition"], refs):
+                continue
+            for assertion in rule.get("Assertions", []):
+                if not self.truth(assertion["Assert"], refs):
+                    broken.append(f"{name}: {assertion.get('AssertDescription', 'assertion failed')}")
+        return broken
+
+
+def local_stack_id(refs: dict[str, Any]) -> str:
+    """Stands for the stack's id locally: one fixed value per stack name, so the list cursors
+    it signs (LOOM_CURSOR_SECRET) stay good across restarts of the local stack."""
+    return f"arn:aws:cloudformation:{refs['AWS::Region']}:{refs['AWS::AccountId']}:stack/{refs['AWS::StackName']}/local"
 
 
 def create_resources(
@@ -137,6 +168,10 @@ def create_resources(
     refs.setdefault("AWS::Region", session.region_name)
     refs.setdefault("AWS::AccountId", "123456789012")
     refs.setdefault("AWS::StackName", f"loom-{refs.get('Stage', 'dev')}")
+    refs.setdefault("AWS::StackId", local_stack_id(refs))
+    broken = tpl.broken_rules(refs)
+    if broken:
+        raise ValueError("the template's rules refuse these parameters: " + "; ".join(broken))
     sqs = session.client("sqs")
     ddb = session.client("dynamodb")
     queues = tpl.of_type("AWS::SQS::Queue")
@@ -145,10 +180,14 @@ def create_resources(
     for logical_id in ordered:
         props = tpl.resolve(queues[logical_id].get("Properties", {}), refs)
         name = props.pop("QueueName", logical_id)
-        attributes = {k: (json.dumps(v) if isinstance(v, dict) else str(v)) for k, v in props.items() if k != "Tags"}
+        attributes = {k: _attribute(v) for k, v in props.items() if k != "Tags"}
         url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         refs[logical_id], refs[f"{logical_id}.Arn"], refs[f"{logical_id}.QueueName"] = url, arn, name
+    for res in tpl.of_type("AWS::SQS::QueuePolicy").values():
+        props = tpl.resolve(res["Properties"], refs)
+        for url in props["Queues"]:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(props["PolicyDocument"])})
     for logical_id, res in tpl.of_type("AWS::DynamoDB::Table").items():
         props = tpl.resolve(res.get("Properties", {}), refs)
         name = props["TableName"]
@@ -164,6 +203,8 @@ def create_resources(
             )
             if k in props
         }
+        if "SSESpecification" in props:
+            kwargs["SSESpecification"] = _sse(props["SSESpecification"])
         try:
             ddb.create_table(**kwargs)
             ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
@@ -172,6 +213,25 @@ def create_resources(
         arn = ddb.describe_table(TableName=name)["Table"]["TableArn"]
         refs[logical_id], refs[f"{logical_id}.Arn"] = name, arn
     return refs
+
+
+def _attribute(value: Any) -> str:
+    """A queue property as the SQS API's attribute string."""
+    if isinstance(value, dict):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _sse(spec: dict[str, Any]) -> dict[str, Any]:
+    """CloudFormation's SSESpecification as CreateTable's."""
+    out: dict[str, Any] = {"Enabled": bool(spec.get("SSEEnabled"))}
+    if spec.get("SSEType"):
+        out["SSEType"] = spec["SSEType"]
+    if spec.get("KMSMasterKeyId"):
+        out["KMSMasterKeyId"] = spec["KMSMasterKeyId"]
+    return out
 
 
 def function_environment(spec: FunctionSpec, refs: dict[str, Any], template: Template | None = None) -> dict[str, str]:

@@ -61,7 +61,8 @@ def down(state_dir: Path, info: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     state_dir = tmp_path_factory.mktemp("stack")
-    info = up(state_dir, "--timeout", f"WorkerFunction={WORKER_TIMEOUT}")
+    # The hold knob these tests use is obeyed only with the chaos switch on.
+    info = up(state_dir, "--timeout", f"WorkerFunction={WORKER_TIMEOUT}", "--parameter", "ChaosCrashAfterCheckpoint=on")
     try:
         yield {**info, "state_dir": state_dir, "api": info["control_plane_url"]}
     finally:
