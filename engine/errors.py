@@ -57,6 +57,12 @@ class WorkflowDefinitionError(LoomError):
     code = "invalid_workflow_definition"
 
 
+class MalformedToken(InvalidInput):
+    """A callback token is not one Loom issued (it cannot even be read)."""
+
+    code = "malformed_token"
+
+
 # --- state conflicts ---------------------------------------------------------
 
 
@@ -76,6 +82,18 @@ class ExecutionNotFound(LoomError):
     """No execution with this id."""
 
     code = "execution_not_found"
+
+
+class CallbackNotFound(ExecutionNotFound):
+    """No wait is waiting for this callback token."""
+
+    code = "callback_not_found"
+
+
+class WaitEnded(ConflictError):
+    """The wait this completion is for has ended: completed otherwise, timed out, or superseded by a retry."""
+
+    code = "wait_ended"
 
 
 class AlreadyTerminal(ConflictError):
@@ -122,3 +140,34 @@ class ResultTooLarge(NonRetryableError):
 
 class InvalidResult(NonRetryableError):
     """A step must return a JSON-serialisable dict or None."""
+
+
+# --- how a wait's attempt fails (ordinary, retryable errors: the step's policy decides) ---
+
+
+class WaitTimeout(Exception):
+    """A wait's timeout passed before its completion."""
+
+
+class CallbackTimeout(WaitTimeout):
+    """No completion arrived for the callback before its timeout."""
+
+
+class HeartbeatTimeout(WaitTimeout):
+    """The outside system sent no heartbeat within the callback's heartbeat timeout."""
+
+
+class SignalTimeout(WaitTimeout):
+    """No signal arrived before the wait's timeout."""
+
+
+class PollTimeout(WaitTimeout):
+    """The check still said not yet when the poll's timeout passed."""
+
+
+class CallbackFailed(Exception):
+    """The outside system completed the callback with a failure."""
+
+
+class ChildFailed(Exception):
+    """The child execution ended FAILED or CANCELLED."""

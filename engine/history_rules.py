@@ -13,7 +13,8 @@ them, and ``tests/integration/test_history_rules.py`` checks that both agree.
 - FAILED_IS_FINAL: a late success of an attempt that was already given up on
   (FAILED at that attempt or a later one) must not resurrect the step.
 - ONE_RECORD_PER_ATTEMPT: each attempt number appears once in the history;
-  a failure of an attempt that is already recorded is refused.
+  a failure or a commit of an attempt that is already recorded is refused (so a
+  callback completed after its timeout was recorded loses, and history shows the timeout).
 - NO_FAILURE_AFTER_COMMIT: once COMPLETED, no failure is recorded.
 """
 
@@ -45,6 +46,9 @@ def commit_refused_by(record: StepRecord | None, attempt: int) -> HistoryRule | 
         return HistoryRule.COMMIT_ONCE
     if record.status is StepStatus.FAILED and last_attempt(record) >= attempt:
         return HistoryRule.FAILED_IS_FINAL
+    if last_attempt(record) >= attempt:
+        # A wait's timeout recorded this attempt failed: its late completion must lose.
+        return HistoryRule.ONE_RECORD_PER_ATTEMPT
     return None
 
 

@@ -18,6 +18,8 @@ class OutcomeStatus(StrEnum):
     ORPHAN = "orphan"  # the execution does not exist
     IN_FLIGHT = "in_flight"  # another runner holds this attempt
     CHAIN_BROKEN = "chain_broken"  # a chained link failed; it was handed back to the queue
+    WAITING = "waiting"  # the execution waits on the outside world (callback, signal, child)
+    NOT_YET = "not_yet"  # a poll's check said not yet; the same attempt runs again later
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from engine.messages import StepMessage
-from engine.state import Attempt, Execution, StepRecord
+from engine.state import Attempt, Execution, Signal, StepRecord
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,17 @@ class Store(Protocol):
     def get_step(self, execution_id: str, index: int, name: str) -> StepRecord | None: ...
 
     def history(self, execution_id: str) -> list[StepRecord]: ...
+
+    def put_signal(self, signal: Signal) -> None:
+        """Keep a signal; ``PayloadTooLarge`` if it cannot fit one item."""
+
+    def next_signal(self, execution_id: str, name: str) -> Signal | None:
+        """The oldest signal of ``name`` no wait has consumed yet."""
+
+    def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None: ...
+
+    def consume_signal(self, execution_id: str, name: str, key: str, by: str) -> None:
+        """Mark it consumed by ``by`` (idempotent); ``ConflictError`` if another wait took it."""
 
     def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
         """Ids of executions in ``shard`` whose next_wake_at <= now, oldest first."""

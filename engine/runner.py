@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import steps
+from engine import steps, waits
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -20,7 +20,7 @@ from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import AttemptOutcome, Execution
 from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
-from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
+from engine.workflow import PARKING_WAITS, SleepSpec, StepSpec, WorkflowSpec
 
 Remaining = Callable[[], float]
 
@@ -91,6 +91,8 @@ def handle_link(parts: Parts, msg: StepMessage, *, redelivered: bool, known: Exe
         st = steps.step_at(spec, ex.current_step)
         if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
             return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
+        if isinstance(st, PARKING_WAITS):
+            return waits.begin(parts, ex, spec, st)  # engine/waits.py: callbacks, signals, children
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
         return steps.fail_execution(parts, ex, exc, st_name=None)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import control, runner, sweeper
+from engine import callbacks, control, runner, signals, sweeper
 from engine.clock import Clock
 from engine.config import EngineConfig
 from engine.errors import LoomError
@@ -63,6 +63,13 @@ class Engine:
 
     def redrive_failed(self, execution_id: str) -> Execution:
         return control.redrive_failed(self, execution_id)
+
+    # waits (engine/callbacks.py, engine/signals.py)
+    def complete_callback(self, token: str, action: str, body: Any = None) -> callbacks.Completion:
+        return callbacks.complete(self, token, callbacks.Action(action), body)
+
+    def signal(self, execution_id: str, name: str, payload: Any = None) -> signals.Sent:
+        return signals.send(self, execution_id, name, payload)
 
     # worker
     def handle(self, message: StepMessage, *, redelivered: bool = False, remaining: Remaining | None = None) -> Outcome:

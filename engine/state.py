@@ -11,6 +11,7 @@ from typing import Any
 class Status(StrEnum):
     RUNNING = "RUNNING"
     SLEEPING = "SLEEPING"
+    WAITING = "WAITING"  # parked on the outside world (callback, signal, child); see engine/waits.py
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -46,6 +47,52 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+class WaitKind(StrEnum):
+    """What a WAITING execution waits for (a poll waits between checks as RUNNING)."""
+
+    CALLBACK = "callback"
+    SIGNAL = "signal"
+    POLL = "poll"
+    CHILD = "child"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The wait of the current step and attempt: one optional attribute of the execution item.
+
+    ``deadline`` is the overall timeout, ``heartbeat_deadline`` the callback's heartbeat
+    timeout; the execution's ``next_wake_at`` is the earliest of them, so the sweeper
+    (GSI1) fires a timeout and nothing runs while the wait lasts.
+    """
+
+    kind: WaitKind
+    step: int
+    attempt: int
+    name: str = ""
+    token_hash: str | None = None  # sha256 of the callback token's secret; never the token
+    deadline: float | None = None
+    heartbeat_timeout: float | None = None
+    heartbeat_deadline: float | None = None
+    child_id: str | None = None
+    polls: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", WaitKind(self.kind))
+
+    def wake_at(self) -> float | None:
+        times = [t for t in (self.deadline, self.heartbeat_deadline) if t is not None]
+        return min(times) if times else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if v is not None}
+        out["kind"] = self.kind.value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Wait:
+        return cls(**data)
+
+
 @dataclass(frozen=True)
 class Execution:
     id: str
@@ -73,10 +120,27 @@ class Execution:
     # Earliest time the current attempt may run (retry backoff).
     ready_at: float | None = None
     error: dict[str, Any] | None = None
+    # The wait of the current step, while it lasts (engine/waits.py).
+    wait: Wait | None = None
+    # A child execution's parent: {"id", "step", "attempt"} (engine/children.py).
+    parent: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
         return self.status.terminal
+
+    def waits_at(self, step: int, attempt: int, kind: WaitKind) -> bool:
+        """Whether the current step and attempt is the wait (step, attempt) of this kind."""
+        w = self.wait
+        return (
+            not self.terminal
+            and self.current_step == step
+            and self.attempt == attempt
+            and w is not None
+            and w.kind is kind
+            and w.step == step
+            and w.attempt == attempt
+        )
 
     @property
     def round_attempt(self) -> int:
@@ -96,6 +160,8 @@ class Attempt:
     outcome: AttemptOutcome
     error: dict[str, Any] | None = None
     retry_delay: float | None = None
+    # What a wait's attempt was completed with (a callback's token hash, the signal consumed).
+    detail: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", AttemptOutcome(self.outcome))
@@ -108,6 +174,7 @@ class Attempt:
             "outcome": self.outcome.value,
             "error": self.error,
             "retry_delay": self.retry_delay,
+            **({"detail": self.detail} if self.detail is not None else {}),
         }
 
     @classmethod
@@ -119,6 +186,7 @@ class Attempt:
             outcome=AttemptOutcome(data["outcome"]),
             error=data.get("error"),
             retry_delay=None if data.get("retry_delay") is None else float(data["retry_delay"]),
+            detail=data.get("detail"),
         )
 
 
@@ -133,3 +201,19 @@ class StepRecord:
     error: dict[str, Any] | None = None
     started_at: float | None = None
     finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A named message sent to an execution, kept until one wait of that name consumes it.
+
+    ``key`` orders the signals of one name by arrival (``<received_at>#<uuid>``);
+    ``consumed_by`` is ``"<step>:<attempt>"`` of the wait that took it, or None.
+    """
+
+    execution_id: str
+    name: str
+    key: str
+    payload: dict[str, Any]
+    received_at: float
+    consumed_by: str | None = None

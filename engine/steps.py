@@ -7,10 +7,12 @@ execution forward with whatever result is committed, whoever committed it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from engine import polls
 from engine import transitions as tr
 from engine.error_report import BRIEF, FULL, error_info
 from engine.errors import (
@@ -27,8 +29,8 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
-from engine.state import Attempt, AttemptOutcome, Execution, StepStatus, canonical_json
-from engine.workflow import SleepSpec, StepContext, StepSpec, WorkflowSpec
+from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
+from engine.workflow import NOT_YET, SleepSpec, StepContext, StepSpec, WorkflowSpec
 
 CONFLICT_RETRIES = 5
 
@@ -57,7 +59,10 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
     started = parts.clock.now()
     log.info("step.started")
     try:
-        result = check_result(ex, st.fn(ctx))
+        raw = st.fn(ctx)
+        if raw is NOT_YET:
+            return polls.not_yet(parts, ex, spec, st, started_at=started)
+        result = check_result(ex, raw)
     except Exception as exc:
         return fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
@@ -152,19 +157,27 @@ def fail_attempt(
     *,
     started_at: float,
     outcome: AttemptOutcome,
+    detail: dict[str, Any] | None = None,
+    superseded: Callable[[StepRecord], LinkResult] | None = None,
 ) -> LinkResult:
-    """Record a failed attempt, then retry it or fail the execution, as the policy says."""
+    """Record a failed attempt, then retry it or fail the execution, as the policy says.
+
+    ``superseded`` finishes a step whose commit beat this failure (a wait consumes what it
+    committed before advancing); by default the execution simply advances.
+    """
     log = execution_log(ex).bind(step_name=st.name)
     now = parts.clock.now()
     decision = decide(spec.policy_for(st), error, ex.round_attempt, parts.rng)
     info = error_info(error, FULL if full_detail(ex.attempt) else BRIEF)
-    attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None)
+    attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None, detail)
     ran = 0 if outcome is AttemptOutcome.WORKER_LOST else 1
     if not _record_failure(parts, ex, st, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, st.name)
         if record is not None and record.status is StepStatus.COMPLETED:
             # A concurrent run of this step succeeded: that result wins over this failure.
             log.info("step.failure_superseded")
+            if superseded is not None:
+                return superseded(record)
             return advance(parts, ex, spec, record.result, ran=ran)
     if not decision.retry:
         log.warning("step.failed", error=info, reason=decision.reason)

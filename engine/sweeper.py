@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import steps
+from engine import steps, waits
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
@@ -121,6 +121,11 @@ def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction,
                 send(parts, *done.effects.delayed)
             action = SweepAction.WOKE if done.status is OutcomeStatus.WOKE else SweepAction.SKIPPED
             return action, done.effects.run_next
+        if ex.status is Status.WAITING:  # a wait's timeout (engine/waits.py)
+            done = waits.expire(parts, ex)
+            if done.effects.delayed is not None:
+                send(parts, *done.effects.delayed)
+            return SweepAction.WOKE, done.effects.run_next
         new = tr.reclaimed_state(ex, now, parts.config)
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:

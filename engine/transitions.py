@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
-from engine.state import Execution, Status
+from engine.state import Execution, Status, Wait
 from engine.workflow import SleepSpec, WorkflowSpec
 
 
@@ -54,7 +54,14 @@ def after_step(
     """Step ``ex.current_step`` (a step or a finished sleep) is committed: move on."""
     context = merge_context(ex.context, result)
     nxt = ex.current_step + 1
-    common = {"context": context, "attempt": 1, "attempt_base": 0, "started_attempt": 0, "ready_at": None}
+    common = {
+        "context": context,
+        "attempt": 1,
+        "attempt_base": 0,
+        "started_attempt": 0,
+        "ready_at": None,
+        "wait": None,
+    }
     if nxt >= len(spec.steps):
         return ex.evolve(now, status=Status.COMPLETED, current_step=nxt, next_wake_at=None, **common), Effects()
     following = spec.steps[nxt]
@@ -93,6 +100,8 @@ def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> t
         # The delayed message runs it; the lease covers that message being lost.
         new = ex.evolve(
             now,
+            status=Status.RUNNING,  # a failed wait retries as a step does
+            wait=None,
             attempt=ex.attempt + 1,
             started_attempt=0,
             ready_at=ready,
@@ -100,16 +109,26 @@ def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> t
         )
         return new, Effects(delayed=(message, math.ceil(delay)))
     # Too far for SQS: the sweeper re-drives it at ready time.
-    new = ex.evolve(now, attempt=ex.attempt + 1, started_attempt=0, ready_at=ready, next_wake_at=ready)
+    new = ex.evolve(
+        now,
+        status=Status.RUNNING,
+        wait=None,
+        attempt=ex.attempt + 1,
+        started_attempt=0,
+        ready_at=ready,
+        next_wake_at=ready,
+    )
     return new, Effects()
 
 
 def failed_state(ex: Execution, error: dict[str, Any], now: float) -> Execution:
-    return ex.evolve(now, status=Status.FAILED, error=error, next_wake_at=None, ready_at=None, started_attempt=0)
+    return ex.evolve(
+        now, status=Status.FAILED, error=error, next_wake_at=None, ready_at=None, started_attempt=0, wait=None
+    )
 
 
 def cancelled_state(ex: Execution, now: float) -> Execution:
-    return ex.evolve(now, status=Status.CANCELLED, next_wake_at=None, ready_at=None, started_attempt=0)
+    return ex.evolve(now, status=Status.CANCELLED, next_wake_at=None, ready_at=None, started_attempt=0, wait=None)
 
 
 def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
@@ -132,5 +151,35 @@ def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
         attempt_base=ex.attempt,
         started_attempt=0,
         ready_at=None,
+        wait=None,
         next_wake_at=lease(None, now, cfg),
     )
+
+
+def marked_wait_state(ex: Execution, wait: Wait, now: float, cfg: EngineConfig) -> Execution:
+    """Mark the attempt started with its wait (a callback's token hash is durable before submit runs)."""
+    return replace(started_state(ex, now, cfg), wait=wait)
+
+
+def waiting_state(ex: Execution, wait: Wait, now: float) -> Execution:
+    """Park the execution on ``wait``: nothing runs until a completion or the wait's timeout."""
+    return ex.evolve(now, status=Status.WAITING, wait=wait, next_wake_at=wait.wake_at(), ready_at=None)
+
+
+def not_yet_state(ex: Execution, wait: Wait, every: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """A poll's check said not yet: the same attempt runs again ``every`` seconds from now.
+
+    Like a retry's backoff, but the attempt number stays: a delayed message up to SQS's
+    15 minutes (the lease covers its loss), the sweeper beyond that.
+    """
+    ready = now + every
+    if wait.deadline is not None:
+        ready = min(ready, wait.deadline)
+    message = StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.STEP)
+    if ready - now <= cfg.max_sqs_delay:
+        new = ex.evolve(
+            now, wait=wait, started_attempt=0, ready_at=ready, next_wake_at=lease(None, now, cfg, base=ready)
+        )
+        return new, Effects(delayed=(message, math.ceil(ready - now)))
+    new = ex.evolve(now, wait=wait, started_attempt=0, ready_at=ready, next_wake_at=ready)
+    return new, Effects()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -60,6 +61,76 @@ class SleepSpec:
         return True
 
 
+class _NotYet:
+    """What a ``wait_until`` check returns while the awaited thing is not done."""
+
+    _instance: _NotYet | None = None
+
+    def __new__(cls) -> _NotYet:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NOT_YET"
+
+    def __reduce__(self) -> str:
+        return "NOT_YET"
+
+
+#: Return this from a ``wait_until`` check to be called again after ``every``.
+NOT_YET = _NotYet()
+
+
+def _no_submit(ctx: StepContext, token: str) -> None:
+    return None
+
+
+def _nothing(ctx: StepContext) -> None:
+    return None
+
+
+def _empty_input(ctx: StepContext) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class CallbackSpec(StepSpec):
+    """``submit(ctx, token)`` hands the token out; the step then waits for its completion."""
+
+    submit: Callable[[StepContext, str], Any] = _no_submit
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class SignalSpec(StepSpec):
+    """Waits for one signal named ``signal``; its payload is the step's result."""
+
+    signal: str = ""
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class PollSpec(StepSpec):
+    """``fn`` is the check: a result when done, ``NOT_YET`` to be called again after ``every``."""
+
+    every: float = 60.0
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class ChildSpec(StepSpec):
+    """Starts workflow ``workflow`` with ``fn(ctx)`` as its input and waits for it to end."""
+
+    workflow: str = ""
+
+
+WaitSpec = CallbackSpec | SignalSpec | PollSpec | ChildSpec
+WAIT_SPECS = (CallbackSpec, SignalSpec, PollSpec, ChildSpec)
+# The waits that park the execution WAITING (a poll runs its check as a step instead).
+PARKING_WAITS = (CallbackSpec, SignalSpec, ChildSpec)
+
 Spec = StepSpec | SleepSpec
 
 
@@ -86,6 +157,104 @@ def sleep(
     return SleepSpec(seconds=float(total), name=name or f"sleep_{_human(total)}")
 
 
+def _seconds(value: timedelta | float | None, what: str, *, required: bool = False) -> float | None:
+    if value is None:
+        if required:
+            raise WorkflowDefinitionError(f"{what} is required")
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0:
+        raise WorkflowDefinitionError(f"{what} must be positive")
+    return seconds
+
+
+def _wait_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise WorkflowDefinitionError(f"{what} {name!r} must match {NAME_RE.pattern}")
+    return name
+
+
+def wait_for_callback(
+    name: str,
+    *,
+    submit: Callable[[StepContext, str], Any] = _no_submit,
+    timeout: timedelta | float | None = None,
+    heartbeat_timeout: timedelta | float | None = None,
+    retry: RetryPolicy | None = None,
+) -> CallbackSpec:
+    """Run ``submit(ctx, token)``, then wait WAITING until the token is completed from outside.
+
+    The completion's ``result`` is the step's result; a failure, a timeout or a missed
+    heartbeat fails the attempt through ``retry`` (a retry runs submit with a new token).
+    """
+    if not callable(submit):
+        raise WorkflowDefinitionError(f"submit {submit!r} is not callable")
+    return CallbackSpec(
+        fn=_nothing,
+        name=_wait_name(name, "callback name"),
+        retry=retry,
+        submit=submit,
+        timeout=_seconds(timeout, "timeout"),
+        heartbeat_timeout=_seconds(heartbeat_timeout, "heartbeat_timeout"),
+    )
+
+
+def wait_for_signal(
+    name: str,
+    *,
+    timeout: timedelta | float | None = None,
+    retry: RetryPolicy | None = None,
+    step_name: str | None = None,
+) -> SignalSpec:
+    """Wait for the signal ``name`` sent to this execution (one signal feeds one wait)."""
+    _wait_name(name, "signal name")
+    return SignalSpec(
+        fn=_nothing,
+        name=_wait_name(step_name or f"signal_{name}", "step name"),
+        retry=retry,
+        signal=name,
+        timeout=_seconds(timeout, "timeout"),
+    )
+
+
+def wait_until(
+    check: StepFn,
+    *,
+    every: timedelta | float,
+    timeout: timedelta | float | None = None,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+) -> PollSpec:
+    """Durable polling: ``check(ctx)`` returns a result when done or ``NOT_YET``; no Lambda runs between checks."""
+    if not callable(check):
+        raise WorkflowDefinitionError(f"check {check!r} is not callable")
+    return PollSpec(
+        fn=check,
+        name=_wait_name(name or check.__name__, "step name"),
+        retry=retry,
+        every=_seconds(every, "every", required=True) or 0.0,
+        timeout=_seconds(timeout, "timeout"),
+    )
+
+
+def child(
+    workflow: str,
+    *,
+    input: Callable[[StepContext], dict[str, Any]] | None = None,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+) -> ChildSpec:
+    """Start ``workflow`` as a child (id ``<parent>--<step>-<attempt>``) and wait for it to end."""
+    if input is not None and not callable(input):
+        raise WorkflowDefinitionError(f"child input {input!r} must be a function of the context")
+    return ChildSpec(
+        fn=input or _empty_input,
+        name=_wait_name(name or f"child_{workflow}", "step name"),
+        retry=retry,
+        workflow=_wait_name(workflow, "child workflow"),
+    )
+
+
 def _human(total: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if total >= size and total % size == 0:
@@ -105,13 +274,20 @@ class WorkflowSpec:
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "steps": [
-                {"index": i, "name": s.name, "kind": "sleep", "seconds": s.seconds}
-                if isinstance(s, SleepSpec)
-                else {"index": i, "name": s.name, "kind": "step", "semantics": s.semantics}
-                for i, s in enumerate(self.steps)
-            ],
+            "steps": [_describe_step(i, s) for i, s in enumerate(self.steps)],
         }
+
+
+_KINDS = {CallbackSpec: "callback", SignalSpec: "signal", PollSpec: "poll", ChildSpec: "child"}
+
+
+def _describe_step(i: int, s: Spec) -> dict[str, Any]:
+    if isinstance(s, SleepSpec):
+        return {"index": i, "name": s.name, "kind": "sleep", "seconds": s.seconds}
+    kind = _KINDS.get(type(s))
+    if kind is None:
+        return {"index": i, "name": s.name, "kind": "step", "semantics": s.semantics}
+    return {"index": i, "name": s.name, "kind": kind}
 
 
 def build_spec(name: str, steps: Any, retry: RetryPolicy | None = None) -> WorkflowSpec:

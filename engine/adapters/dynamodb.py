@@ -12,7 +12,7 @@ from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
 from engine.limits import check_item, utf8_len
 from engine.ports import Page
-from engine.state import Attempt, Execution, Status, StepRecord, StepStatus, canonical_json
+from engine.state import Attempt, Execution, Signal, Status, StepRecord, StepStatus, Wait, canonical_json
 
 # The table's key schema; template.yaml must say the same (a test checks it).
 PK, SK = "PK", "SK"
@@ -37,6 +37,8 @@ SUMMARY_ATTRIBUTES = [
     "attempt_started_at",
     "ready_at",
     "#e",
+    "wait",
+    "parent",
 ]
 
 # What a cursor may carry: exactly the key attributes of the index it pages.
@@ -60,7 +62,7 @@ COMMIT_ONCE = "#s <> :done"
 FAILED_IS_FINAL = "NOT (#s = :failed AND last_attempt >= :a)"
 ONE_RECORD_PER_ATTEMPT = "(attribute_not_exists(last_attempt) OR last_attempt < :a)"
 NO_FAILURE_AFTER_COMMIT = f"({NEW_RECORD} OR {COMMIT_ONCE})"
-MAY_COMMIT = f"{NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL})"
+MAY_COMMIT = f"{NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL} AND {ONE_RECORD_PER_ATTEMPT})"
 MAY_RECORD_FAILURE = f"{ONE_RECORD_PER_ATTEMPT} AND {NO_FAILURE_AFTER_COMMIT}"
 
 
@@ -70,6 +72,10 @@ def exec_pk(execution_id: str) -> str:
 
 def step_sk(index: int, name: str) -> str:
     return f"STEP#{index:03d}#{name}"
+
+
+def signal_sk(name: str, key: str = "") -> str:
+    return f"SIGNAL#{name}#{key}"
 
 
 def item_size(item: dict[str, Any]) -> int:
@@ -150,6 +156,10 @@ class DynamoStore:
             item["attempt_started_at"] = _n(ex.attempt_started_at)
         if ex.error is not None:
             item["error"] = _s(canonical_json(ex.error))
+        if ex.wait is not None:
+            item["wait"] = _s(canonical_json(ex.wait.to_dict()))
+        if ex.parent is not None:
+            item["parent"] = _s(canonical_json(ex.parent))
         # The engine's estimates leave room; this is the item as it will really be sent.
         check_item(item_size(item), f"execution {ex.id!r}")
         return item
@@ -173,6 +183,8 @@ class DynamoStore:
             ready_at=_num(item.get("ready_at")),
             attempt_started_at=_num(item.get("attempt_started_at")),
             error=_json(item.get("error")),
+            wait=None if item.get("wait") is None else Wait.from_dict(_json(item["wait"])),
+            parent=_json(item.get("parent")),
         )
 
     @staticmethod
@@ -318,6 +330,78 @@ class DynamoStore:
             if "LastEvaluatedKey" not in answer:
                 return records
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    # ----------------------------------------------------------------- signals
+
+    def put_signal(self, signal: Signal) -> None:
+        item = {
+            PK: _s(exec_pk(signal.execution_id)),
+            SK: _s(signal_sk(signal.name, signal.key)),
+            "name": _s(signal.name),
+            "payload": _s(canonical_json(signal.payload)),
+            "received_at": _n(signal.received_at),
+        }
+        check_item(item_size(item), f"signal {signal.name!r}")
+        with mapped(f"table {self._table}"):
+            self._db.put_item(
+                TableName=self._table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(PK)",
+                **self._capacity(),
+            )
+
+    def next_signal(self, execution_id: str, name: str) -> Signal | None:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
+            "FilterExpression": "attribute_not_exists(consumed_by)",
+            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s(signal_sk(name))},
+            "ConsistentRead": True,
+        }
+        while True:
+            with mapped(f"table {self._table}"):
+                answer = self._db.query(**kwargs, **self._capacity())
+            items = answer.get("Items", [])
+            if items:
+                return self._signal(execution_id, items[0])
+            if "LastEvaluatedKey" not in answer:
+                return None
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
+    def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None:
+        with mapped(f"table {self._table}"):
+            answer = self._db.get_item(
+                TableName=self._table,
+                Key={PK: _s(exec_pk(execution_id)), SK: _s(signal_sk(name, key))},
+                ConsistentRead=True,
+                **self._capacity(),
+            )
+        item = answer.get("Item")
+        return None if item is None else self._signal(execution_id, item)
+
+    def consume_signal(self, execution_id: str, name: str, key: str, by: str) -> None:
+        """Mark the signal consumed by wait ``by``; ``ConflictError`` if another wait took it."""
+        with mapped(f"table {self._table}"):
+            self._db.update_item(
+                TableName=self._table,
+                Key={PK: _s(exec_pk(execution_id)), SK: _s(signal_sk(name, key))},
+                UpdateExpression="SET consumed_by = :by",
+                ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(consumed_by) OR consumed_by = :by)",
+                ExpressionAttributeValues={":by": _s(by)},
+                **self._capacity(),
+            )
+
+    @staticmethod
+    def _signal(execution_id: str, item: dict[str, Any]) -> Signal:
+        consumed = item.get("consumed_by")
+        return Signal(
+            execution_id=execution_id,
+            name=item["name"]["S"],
+            key=item[SK]["S"].split("#", 2)[2],
+            payload=_json(item["payload"]) or {},
+            received_at=float(item["received_at"]["N"]),
+            consumed_by=None if consumed is None else consumed["S"],
+        )
 
     # ------------------------------------------------------------------ queries
 

@@ -16,7 +16,7 @@ from engine.errors import ConflictError, InvalidInput
 from engine.history_rules import commit_refused_by, failure_refused_by
 from engine.limits import check_item, utf8_len
 from engine.ports import Page
-from engine.state import Attempt, Execution, StepRecord, StepStatus, canonical_json
+from engine.state import Attempt, Execution, Signal, Status, StepRecord, StepStatus, canonical_json
 
 
 class InMemoryStore:
@@ -26,6 +26,7 @@ class InMemoryStore:
         self._shards = shards
         self._executions: dict[str, Execution] = {}
         self._steps: dict[tuple[str, int, str], StepRecord] = {}
+        self._signals: dict[tuple[str, str, str], Signal] = {}
         self.writes = 0
 
     # executions
@@ -93,6 +94,32 @@ class InMemoryStore:
         found = [r for (eid, _, _), r in self._steps.items() if eid == execution_id]
         return copy.deepcopy(sorted(found, key=lambda r: (r.index, r.name)))
 
+    # signals
+    def put_signal(self, signal: Signal) -> None:
+        check_item(utf8_len(canonical_json(signal.payload)) + 200, f"signal {signal.name!r}")
+        key = (signal.execution_id, signal.name, signal.key)
+        if key in self._signals:
+            raise ConflictError(f"signal {signal.key!r} exists")
+        self._signals[key] = copy.deepcopy(signal)
+        self.writes += 1
+
+    def next_signal(self, execution_id: str, name: str) -> Signal | None:
+        waiting = sorted(
+            (k, s) for k, s in self._signals.items() if k[:2] == (execution_id, name) and s.consumed_by is None
+        )
+        return copy.deepcopy(waiting[0][1]) if waiting else None
+
+    def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None:
+        found = self._signals.get((execution_id, name, key))
+        return None if found is None else copy.deepcopy(found)
+
+    def consume_signal(self, execution_id: str, name: str, key: str, by: str) -> None:
+        found = self._signals.get((execution_id, name, key))
+        if found is None or found.consumed_by not in (None, by):
+            raise ConflictError(f"signal {key!r} is consumed by another wait")
+        self._signals[(execution_id, name, key)] = replace(found, consumed_by=by)
+        self.writes += 1
+
     # queries
     def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
         ordered = sorted(
@@ -105,9 +132,14 @@ class InMemoryStore:
         more = start + limit < len(ordered)
         return page, (str(start + limit) if more else None)
 
-    def next_wake(self) -> float | None:
-        """The earliest wake time of any execution (what the sweeper will find next)."""
-        times = [ex.next_wake_at for ex in self._executions.values() if ex.next_wake_at is not None]
+    def next_wake(self, *, skip_waits: bool = True) -> float | None:
+        """The earliest wake time of any execution (what the sweeper will find next);
+        without ``skip_waits``, the timeouts of WAITING executions do not count."""
+        times = [
+            ex.next_wake_at
+            for ex in self._executions.values()
+            if ex.next_wake_at is not None and (skip_waits or ex.status is not Status.WAITING)
+        ]
         return min(times) if times else None
 
     def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page:

@@ -32,13 +32,14 @@ def moto_store(resources: ExitStack, shards: int) -> Store:
 FAR_FUTURE = 1e12  # a date no wake time reaches (year 33658), and a number DynamoDB accepts
 
 
-def earliest_wake(store: Store, shards: int) -> float | None:
-    """The earliest wake time in the due index, read the way the sweeper reads it."""
+def earliest_wake(store: Store, shards: int, *, skip_waits: bool = True) -> float | None:
+    """The earliest wake time in the due index, read the way the sweeper reads it
+    (without ``skip_waits``, WAITING executions' timeouts do not count)."""
     found: list[float] = []
     for shard in range(shards):
-        ids, _ = store.due(shard, FAR_FUTURE, 1, None)
+        ids, _ = store.due(shard, FAR_FUTURE, 1 if skip_waits else 100, None)
         for execution_id in ids:
             ex = store.get_execution(execution_id)
-            if ex is not None and ex.next_wake_at is not None:
+            if ex is not None and ex.next_wake_at is not None and (skip_waits or ex.status.value != "WAITING"):
                 found.append(ex.next_wake_at)
     return min(found) if found else None

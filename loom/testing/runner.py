@@ -10,10 +10,12 @@ from enum import StrEnum
 from typing import Any
 
 from engine.batch import process_batch
+from engine.callbacks import Completion
 from engine.clock import FakeClock
 from engine.config import EngineConfig
 from engine.ports import FaultPoint, Store
 from engine.runtime import Engine, SweepReport
+from engine.signals import Sent
 from engine.state import Execution, StepRecord
 from engine.workflow import Registry, WorkflowSpec, default_registry
 from loom.testing.memory import InMemoryStore
@@ -128,9 +130,18 @@ class WorkflowTest:
         return ex.id
 
     def run(
-        self, execution_id: str | None = None, *, max_time: float = 400 * DAY, max_deliveries: int = 100_000
+        self,
+        execution_id: str | None = None,
+        *,
+        max_time: float = 400 * DAY,
+        max_deliveries: int = 100_000,
+        skip_waits: bool = False,
     ) -> Execution | None:
         """Deliver and skip time until ``execution_id`` ends (or, without one, until nothing is due).
+
+        A WAITING execution waits on the outside world: ``run`` returns when that wait is all
+        that is left (complete it with ``complete_callback``, ``signal``... and run again), unless
+        ``skip_waits`` lets the clock jump to the wait's timeout.
 
         Raises ``StillRunning`` naming what is left when ``max_time`` seconds of virtual time
         or ``max_deliveries`` deliveries pass first: a test never hangs.
@@ -145,7 +156,7 @@ class WorkflowTest:
                 budget -= 1
                 self._deliver(queued)
                 continue
-            upcoming = [t for t in (self.queue.next_visible(), self._next_wake()) if t is not None]
+            upcoming = [t for t in (self.queue.next_visible(), self._next_wake(skip_waits)) if t is not None]
             if not upcoming:
                 break
             nxt = max(min(upcoming), self.clock.now())
@@ -159,6 +170,22 @@ class WorkflowTest:
         """Move the clock as ``loom time advance`` does, then run the sweeper once."""
         self.clock.advance(seconds)
         return self.engine.sweep()
+
+    # the outside world (waits)
+    def complete_callback(self, token: str, result: dict[str, Any] | None = None) -> Completion:
+        """What ``POST /callbacks/{token}/succeed`` does; ``WaitEnded`` (409) if the wait has ended."""
+        return self.engine.complete_callback(token, "succeed", {"result": result})
+
+    def fail_callback(self, token: str, error_type: str = "Rejected", message: str = "") -> Completion:
+        """What ``POST /callbacks/{token}/fail`` does: the attempt fails through the step's retry policy."""
+        return self.engine.complete_callback(token, "fail", {"error": {"type": error_type, "message": message}})
+
+    def heartbeat(self, token: str) -> Completion:
+        return self.engine.complete_callback(token, "heartbeat", None)
+
+    def signal(self, execution_id: str, name: str, payload: dict[str, Any] | None = None) -> Sent:
+        """What ``POST /executions/{id}/signals/{name}`` does: kept, and delivered if its wait is there."""
+        return self.engine.signal(execution_id, name, payload or {})
 
     # faults
     def crash(self, point: FaultPoint | str, *, step: int | str | None = None, times: int = 1) -> None:
@@ -221,14 +248,14 @@ class WorkflowTest:
     def _settled(self, execution_id: str | None) -> bool:
         return execution_id is not None and self.engine.get(execution_id).terminal
 
-    def _next_wake(self) -> float | None:
+    def _next_wake(self, skip_waits: bool) -> float | None:
         next_wake = getattr(self.store, "next_wake", None)
         if next_wake is not None:
-            found: float | None = next_wake()
+            found: float | None = next_wake(skip_waits=skip_waits)
             return found
         from loom.testing.moto_backend import earliest_wake
 
-        return earliest_wake(self.store, self.config.shards)
+        return earliest_wake(self.store, self.config.shards, skip_waits=skip_waits)
 
     def _step_name(self, execution_id: str, index: int) -> str | None:
         ex = self.store.get_execution(execution_id)
@@ -263,4 +290,3 @@ def run_workflow(
         ex = test.run(execution_id)
         assert ex is not None
         return ex, test.history(execution_id)
-

@@ -1,0 +1,382 @@
+"""Callbacks (``wait_for_callback``): a token handed to the outside world, completed through the API.
+
+Protocol (DESIGN.md, "Waits"), for step i, attempt a:
+
+1. mark: the execution is written with ``started_attempt = a`` and ``wait.token_hash``
+   (1 conditional write), so the hash is durable before anyone outside sees the token;
+2. ``submit(ctx, token)`` runs as the step's body (its retry policy, ``ctx.idempotency_key``);
+3. park: WAITING, ``next_wake_at`` = the earliest of the timeout and the heartbeat deadline
+   (1 conditional write; no timeout at all = not in GSI1, nothing ever runs);
+4. completion (API): commit the history record of (i, a) with the token's and the body's
+   hashes (the commit point: first wins), then advance and send the next message.
+
+A token is ``lcb1.<execution id>.<step>.<attempt>.<secret>``: the secret is 144 random bits
+and only its sha256 is stored; logs carry ``token_hash[:12]``, never the token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from engine import steps
+from engine import transitions as tr
+from engine.error_report import error_info
+from engine.errors import (
+    CallbackFailed,
+    CallbackNotFound,
+    ConflictError,
+    InvalidInput,
+    LoomError,
+    MalformedToken,
+    PayloadTooLarge,
+    ResultTooLarge,
+    UnknownWorkflow,
+    WaitEnded,
+    WorkerLost,
+)
+from engine.limits import check_execution_id
+from engine.log import get_logger
+from engine.outbox import dispatch, execution_log
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.ports import FaultPoint
+from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, Wait, WaitKind, canonical_json
+from engine.verdicts import GuardVerdict, check_guard
+from engine.waits import context_for, finish, finish_committed, park
+from engine.workflow import CallbackSpec, WorkflowSpec
+
+TOKEN_PREFIX = "lcb1"
+SECRET_BYTES = 18  # 144 random bits
+_TOKEN_RE = re.compile(r"^lcb1\.([A-Za-z0-9_-]{1,128})\.(\d{1,3})\.(\d{1,6})\.([A-Za-z0-9_-]{24})$")
+
+
+class Action(StrEnum):
+    SUCCEED = "succeed"
+    FAIL = "fail"
+    HEARTBEAT = "heartbeat"
+
+
+class CompletionVerdict(StrEnum):
+    ACCEPT = "accept"  # the token is the current wait's: write the completion
+    ENDED = "ended"  # the token names an attempt the execution has left: a repeat or a 409
+    UNKNOWN = "unknown"  # no such wait was ever issued (or the secret does not match): 404
+
+
+@dataclass(frozen=True)
+class Token:
+    execution_id: str
+    step: int
+    attempt: int
+    secret: str
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.secret.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What the API answers: the wait a token belongs to and whether this call changed it."""
+
+    execution_id: str
+    step: int
+    attempt: int
+    action: Action
+    repeat: bool
+
+
+def issue(execution_id: str, step: int, attempt: int) -> tuple[str, str]:
+    """A new token for (execution, step, attempt) and the hash the execution keeps."""
+    tok = Token(execution_id, step, attempt, secrets.token_urlsafe(SECRET_BYTES))
+    return f"{TOKEN_PREFIX}.{execution_id}.{step}.{attempt}.{tok.secret}", tok.hash
+
+
+def parse(text: str) -> Token:
+    """``MalformedToken`` (400) unless ``text`` has the shape of a token Loom issues."""
+    match = _TOKEN_RE.fullmatch(text or "")
+    if match is None:
+        raise MalformedToken("the callback token is malformed")
+    eid, step, attempt, secret = match.groups()
+    check_execution_id(eid)
+    return Token(eid, int(step), int(attempt), secret)
+
+
+def redacted(token_hash: str | None) -> str | None:
+    return None if token_hash is None else token_hash[:12]
+
+
+def check_completion(ex: Execution, tok: Token) -> CompletionVerdict:
+    """Pure: what a completion carrying ``tok`` means for ``ex`` as read."""
+    w = ex.wait
+    if ex.waits_at(tok.step, tok.attempt, WaitKind.CALLBACK) and ex.status in (Status.RUNNING, Status.WAITING):
+        assert w is not None and w.token_hash is not None
+        return CompletionVerdict.ACCEPT if hmac.compare_digest(w.token_hash, tok.hash) else CompletionVerdict.UNKNOWN
+    if ex.terminal or (tok.step, tok.attempt) < (ex.current_step, ex.attempt):
+        return CompletionVerdict.ENDED
+    return CompletionVerdict.UNKNOWN
+
+
+def body_hash(action: Action, body: Any) -> str:
+    return hashlib.sha256(canonical_json({"action": action.value, "body": body}).encode()).hexdigest()
+
+
+def attempt_detail(ex: Execution, body: str | None = None) -> dict[str, Any] | None:
+    """What a callback attempt's history keeps: the token's hash (and the completion's)."""
+    w = ex.wait
+    if w is None or w.kind is not WaitKind.CALLBACK or w.attempt != ex.attempt:
+        return None
+    return {"token": w.token_hash, **({"body": body} if body is not None else {})}
+
+
+# ---------------------------------------------------------------- the runner's side
+
+
+def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec) -> LinkResult:
+    record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    now = parts.clock.now()
+    guard = check_guard(ex, record, now, parts.config)
+    if guard.verdict is GuardVerdict.ROLL_FORWARD and record is not None:
+        return finish_committed(parts, ex, spec, st, record)
+    if guard.verdict is GuardVerdict.IN_FLIGHT:
+        return LinkResult(OutcomeStatus.IN_FLIGHT)
+    if guard.verdict is GuardVerdict.WORKER_LOST:
+        lost = WorkerLost(f"the worker died while submitting callback {st.name!r} (attempt {ex.attempt})")
+        started = guard.marked_at if guard.marked_at is not None else now
+        return steps.fail_attempt(
+            parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST, detail=attempt_detail(ex)
+        )
+    token, token_hash = issue(ex.id, ex.current_step, ex.attempt)
+    wait = Wait(
+        WaitKind.CALLBACK,
+        ex.current_step,
+        ex.attempt,
+        name=st.name,
+        token_hash=token_hash,
+        deadline=None if st.timeout is None else now + st.timeout,
+        heartbeat_timeout=st.heartbeat_timeout,
+        heartbeat_deadline=None if st.heartbeat_timeout is None else now + st.heartbeat_timeout,
+    )
+    marked = tr.marked_wait_state(ex, wait, now, parts.config)
+    if park(parts, ex, marked) is None:
+        return LinkResult(OutcomeStatus.STALE)
+    return _submit(parts, marked, spec, st, token)
+
+
+def _submit(parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, token: str) -> LinkResult:
+    log = execution_log(ex).bind(step_name=st.name, token_hash=redacted(ex.wait.token_hash if ex.wait else None))
+    parts.faults.point(FaultPoint.BEFORE_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
+    started = parts.clock.now()
+    log.info("callback.submitting")
+    try:
+        st.submit(context_for(parts, ex, st), token)
+    except Exception as exc:
+        return steps.fail_attempt(
+            parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED, detail=attempt_detail(ex)
+        )
+    parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
+    assert ex.wait is not None
+    if park(parts, ex, tr.waiting_state(ex, ex.wait, parts.clock.now())) is None:
+        return LinkResult(OutcomeStatus.STALE, 1)  # completed (or cancelled) while submit ran
+    return LinkResult(OutcomeStatus.WAITING, 1)
+
+
+# ------------------------------------------------------------------ the API's side
+
+
+def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Completion:
+    """Succeed, fail or heartbeat the wait ``text`` belongs to. Every check runs before any write.
+
+    Raises ``MalformedToken``/``InvalidInput`` (400), ``PayloadTooLarge`` (413),
+    ``CallbackNotFound`` (404), ``WaitEnded`` (409: completed otherwise, timed out, superseded).
+    """
+    tok = parse(text)
+    _check_body(action, body)
+    ex = parts.store.get_execution(tok.execution_id)
+    st, spec = _callback_step(parts, ex, tok)
+    assert ex is not None
+    digest = body_hash(action, body)
+    log = get_logger(execution_id=ex.id, step=tok.step, attempt=tok.attempt).bind(
+        token_hash=redacted(tok.hash), action=action.value
+    )
+    verdict = check_completion(ex, tok)
+    if verdict is CompletionVerdict.UNKNOWN:
+        raise CallbackNotFound("no wait is waiting for this callback token")
+    if verdict is CompletionVerdict.ENDED:
+        return _repeat(parts, ex, spec, st, tok, action, digest, log)
+    if action is Action.HEARTBEAT:
+        return _heartbeat(parts, ex, st, tok, log)
+    if action is Action.SUCCEED:
+        return _succeed(parts, ex, spec, st, tok, body.get("result"), digest, log)
+    return _fail(parts, ex, spec, st, tok, body["error"], digest, log)
+
+
+def _check_body(action: Action, body: Any) -> None:
+    if action is Action.HEARTBEAT:
+        if body not in (None, {}):
+            raise InvalidInput("a heartbeat takes no body (or {})")
+        return
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    allowed = {"result"} if action is Action.SUCCEED else {"error"}
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+    if action is Action.SUCCEED:
+        if body.get("result") is not None and not isinstance(body.get("result"), dict):
+            raise InvalidInput("'result' must be a JSON object")
+        return
+    error = body.get("error")
+    if (
+        not isinstance(error, dict)
+        or set(error) - {"type", "message"}
+        or not isinstance(error.get("type"), str)
+        or not isinstance(error.get("message", ""), str)
+    ):
+        raise InvalidInput('\'error\' must be {"type": string, "message": string}')
+
+
+def _callback_step(parts: Parts, ex: Execution | None, tok: Token) -> tuple[CallbackSpec, WorkflowSpec]:
+    if ex is None:
+        raise CallbackNotFound("no wait is waiting for this callback token")
+    try:
+        spec = parts.registry.get(ex.workflow)
+    except UnknownWorkflow:
+        raise CallbackNotFound("no wait is waiting for this callback token") from None
+    st = spec.steps[tok.step] if tok.step < len(spec.steps) else None
+    if not isinstance(st, CallbackSpec):
+        raise CallbackNotFound("no wait is waiting for this callback token")
+    return st, spec
+
+
+def _started(ex: Execution) -> float:
+    return ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
+
+
+def _succeed(
+    parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, tok: Token, result: Any, digest: str, log: Any
+) -> Completion:
+    try:
+        stored = steps.check_result(ex, result)
+    except ResultTooLarge as exc:
+        raise PayloadTooLarge(f"the callback's result is too large: {exc}") from exc
+    attempt = Attempt(
+        tok.attempt,
+        _started(ex),
+        parts.clock.now(),
+        AttemptOutcome.COMPLETED,
+        detail={"token": tok.hash, "body": digest},
+    )
+    try:
+        parts.store.commit_step(ex.id, tok.step, st.name, attempt, stored)
+    except ConflictError:
+        return _repeat(parts, ex, spec, st, tok, Action.SUCCEED, digest, log)
+    except PayloadTooLarge:
+        raise
+    log.info("callback.completed")
+    _advance(parts, ex, spec, st, stored)
+    return Completion(ex.id, tok.step, tok.attempt, Action.SUCCEED, repeat=False)
+
+
+def _advance(parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, result: Any) -> None:
+    done = finish(parts, ex, spec, st, result)
+    if done.status is OutcomeStatus.COMPLETED_STEP:
+        parts.faults.point(FaultPoint.AFTER_CHECKPOINT, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
+    dispatch(parts, done.effects)
+
+
+def _fail(
+    parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, tok: Token, error: Any, digest: str, log: Any
+) -> Completion:
+    failure = CallbackFailed(f"{error['type']}: {error.get('message', '')}")
+    done = steps.fail_attempt(
+        parts,
+        ex,
+        spec,
+        st,
+        failure,
+        started_at=_started(ex),
+        outcome=AttemptOutcome.FAILED,
+        detail={"token": tok.hash, "body": digest},
+        superseded=lambda rec: LinkResult(OutcomeStatus.STALE),
+    )
+    dispatch(parts, done.effects)
+    record = parts.store.get_step(ex.id, tok.step, st.name)
+    mine = _attempt(record, tok.attempt)
+    if mine is None or (mine.detail or {}).get("body") != digest:
+        log.info("callback.fail_lost")
+        raise WaitEnded("the wait has already ended (completed, timed out or failed otherwise)")
+    log.info("callback.failed", error=error_info(failure))
+    return Completion(ex.id, tok.step, tok.attempt, Action.FAIL, repeat=False)
+
+
+def _heartbeat(parts: Parts, ex: Execution, st: CallbackSpec, tok: Token, log: Any) -> Completion:
+    w = ex.wait
+    assert w is not None
+    if ex.status is not Status.WAITING or w.heartbeat_timeout is None:
+        # submit is still running (the heartbeat clock starts at WAITING), or none is configured.
+        return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=True)
+    now = parts.clock.now()
+    pushed = replace(w, heartbeat_deadline=now + w.heartbeat_timeout)
+    try:
+        parts.store.put_execution(
+            ex.evolve(now, wait=pushed, next_wake_at=pushed.wake_at()),
+            expected_version=ex.version,
+            expected_step=ex.current_step,
+        )
+    except ConflictError:
+        fresh = parts.store.get_execution(ex.id)
+        if fresh is None or check_completion(fresh, tok) is not CompletionVerdict.ACCEPT:
+            raise WaitEnded("the wait ended while the heartbeat was written") from None
+        return _heartbeat(parts, fresh, st, tok, log)
+    log.info("callback.heartbeat", heartbeat_deadline=pushed.heartbeat_deadline)
+    return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=False)
+
+
+def _attempt(record: StepRecord | None, number: int) -> Attempt | None:
+    if record is None:
+        return None
+    return next((a for a in record.attempts if a.attempt == number), None)
+
+
+def _repeat(
+    parts: Parts,
+    ex: Execution,
+    spec: WorkflowSpec,
+    st: CallbackSpec,
+    tok: Token,
+    action: Action,
+    digest: str,
+    log: Any,
+) -> Completion:
+    """The wait's attempt is decided: the same completion again is a 200 that changes nothing
+    (and finishes an advance a crash cut short); anything else is a 409."""
+    record = parts.store.get_step(ex.id, tok.step, st.name)
+    mine = _attempt(record, tok.attempt)
+    detail = (mine.detail or {}) if mine is not None else {}
+    if mine is not None and detail.get("token") is not None and not hmac.compare_digest(detail["token"], tok.hash):
+        raise CallbackNotFound("no wait is waiting for this callback token")
+    same = mine is not None and detail.get("body") == digest and action is not Action.HEARTBEAT
+    if not same:
+        log.info("callback.refused", recorded=None if mine is None else mine.outcome.value)
+        raise WaitEnded("the wait has already ended (completed, timed out, failed or superseded by a retry)")
+    assert record is not None
+    fresh = parts.store.get_execution(ex.id) or ex
+    if (
+        action is Action.SUCCEED
+        and fresh.current_step == tok.step
+        and fresh.attempt == tok.attempt
+        and not fresh.terminal
+    ):
+        log.info("callback.roll_forward")
+        _advance(parts, fresh, spec, st, record.result)
+    log.info("callback.repeat")
+    return Completion(ex.id, tok.step, tok.attempt, action, repeat=True)
+
+
+__all__ = ["Action", "Completion", "LoomError", "complete", "issue", "parse"]

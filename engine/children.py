@@ -1,0 +1,1 @@
+"""Child workflows (``child``): placeholder filled in below."""

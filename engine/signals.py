@@ -1,0 +1,162 @@
+"""Signals (``wait_for_signal``): named messages sent to an execution, one feeding one wait.
+
+Items: ``PK=EXEC#<id>, SK=SIGNAL#<name>#<received_at>#<uuid>`` (payload, received_at,
+consumed_by). Both sides write, then check, so no signal is ever stranded:
+
+- the API keeps the signal (1 write), then reads the execution: if it waits for that
+  name at its current step, it delivers;
+- the runner at a signal wait looks for the oldest unconsumed signal of that name: one
+  there is delivered at once; else it parks WAITING (1 write) and looks again.
+
+Deliver (step i, attempt a) = commit the step's history with the oldest unconsumed
+signal's payload and key (the commit point: one wait, one signal), then mark that signal
+``consumed_by = "i:a"`` (1 write), then advance. A rolled-forward commit consumes the
+signal its record names before advancing, so a later wait of the same name never sees it.
+An extra signal stays kept for the next wait of its name; a signal to a terminal
+execution is refused (409) and nothing is written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from engine import steps
+from engine import transitions as tr
+from engine.errors import AlreadyTerminal, ConflictError, ExecutionNotFound, InvalidInput, ResultTooLarge
+from engine.limits import check_execution_id, check_item, meta_item_size
+from engine.outbox import dispatch, execution_log
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, StepRecord, Wait, WaitKind, canonical_json
+from engine.waits import committed, finish, finish_committed, park
+from engine.workflow import NAME_RE, SignalSpec, WorkflowSpec
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What the API answers: the signal kept, and whether a wait consumed it at once."""
+
+    execution_id: str
+    name: str
+    key: str
+    delivered: bool
+
+
+def consumer(ex: Execution) -> str:
+    return f"{ex.current_step}:{ex.attempt}"
+
+
+# ------------------------------------------------------------------ the API's side
+
+
+def send(parts: Parts, execution_id: str, name: str, payload: Any) -> Sent:
+    """Keep a signal and deliver it if its wait is there. Every check runs before the write.
+
+    Raises ``InvalidInput`` (400), ``PayloadTooLarge`` (413), ``ExecutionNotFound`` (404),
+    ``AlreadyTerminal`` (409: a terminal execution refuses signals).
+    """
+    check_execution_id(execution_id)
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise InvalidInput(f"signal name must match {NAME_RE.pattern}")
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise InvalidInput("'payload' must be a JSON object")
+    payload_json = canonical_json(payload)
+    ex = parts.store.get_execution(execution_id)
+    if ex is None:
+        raise ExecutionNotFound(f"no execution {execution_id!r}", execution_id=execution_id)
+    if ex.terminal:
+        raise AlreadyTerminal(f"execution {execution_id!r} is already {ex.status.value}", status=ex.status.value)
+    # It must fit its own item and, once consumed, the execution's context.
+    check_item(meta_item_size(canonical_json(ex.input), canonical_json({**ex.context, **payload})), "the payload")
+    check_item(len(payload_json.encode()) + 400, "the payload")
+    now = parts.clock.now()
+    signal = Signal(execution_id, name, f"{now:020.6f}#{uuid.uuid4().hex}", payload, now)
+    parts.store.put_signal(signal)
+    execution_log(ex).info("signal.kept", signal=name)
+    delivered = _deliver_if_waiting(parts, execution_id, name)
+    return Sent(execution_id, name, signal.key, delivered)
+
+
+def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
+    ex = parts.store.get_execution(execution_id)
+    if ex is None or not ex.waits_at(ex.current_step, ex.attempt, WaitKind.SIGNAL) or ex.wait is None:
+        return False
+    if ex.wait.name != name or ex.status is not Status.WAITING:
+        return False
+    spec = parts.registry.get(ex.workflow)
+    st = steps.step_at(spec, ex.current_step)
+    if not isinstance(st, SignalSpec):
+        return False
+    found = parts.store.next_signal(ex.id, name)
+    if found is None:
+        return False  # a racing delivery took it
+    done = deliver(parts, ex, spec, st, found)
+    dispatch(parts, done.effects)
+    return done.status is OutcomeStatus.COMPLETED_STEP
+
+
+# ---------------------------------------------------------------- the runner's side
+
+
+def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: SignalSpec) -> LinkResult:
+    record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    if committed(record, ex.attempt):
+        assert record is not None
+        return finish_committed(parts, ex, spec, st, record)
+    found = parts.store.next_signal(ex.id, st.signal)
+    if found is not None:
+        return deliver(parts, ex, spec, st, found)
+    now = parts.clock.now()
+    wait = Wait(
+        WaitKind.SIGNAL,
+        ex.current_step,
+        ex.attempt,
+        name=st.signal,
+        deadline=None if st.timeout is None else now + st.timeout,
+    )
+    parked = park(parts, ex, tr.waiting_state(ex, wait, now))
+    if parked is None:
+        return LinkResult(OutcomeStatus.STALE)
+    found = parts.store.next_signal(ex.id, st.signal)  # sent between the first look and the park
+    if found is not None:
+        return deliver(parts, parked, spec, st, found)
+    return LinkResult(OutcomeStatus.WAITING)
+
+
+def deliver(parts: Parts, ex: Execution, spec: WorkflowSpec, st: SignalSpec, signal: Signal) -> LinkResult:
+    """Commit ``signal`` as the wait's result (first commit wins), consume it, advance."""
+    log = execution_log(ex).bind(step_name=st.name, signal=st.signal)
+    now = parts.clock.now()
+    started = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
+    attempt = Attempt(ex.attempt, started, now, AttemptOutcome.COMPLETED, detail={"signal": signal.key})
+    try:
+        result = steps.check_result(ex, signal.payload)
+        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
+    except ResultTooLarge as exc:
+        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+    except ConflictError:
+        record = parts.store.get_step(ex.id, ex.current_step, st.name)
+        if not committed(record, ex.attempt):
+            log.info("signal.too_late")  # the timeout was recorded first; the signal stays kept
+            return LinkResult(OutcomeStatus.STALE)
+        assert record is not None
+        return finish_committed(parts, ex, spec, st, record)
+    log.info("signal.consumed", key=signal.key)
+    parts.store.consume_signal(ex.id, st.signal, signal.key, consumer(ex))
+    return finish(parts, ex, spec, st, result)
+
+
+def consume_committed(parts: Parts, ex: Execution, st: SignalSpec, record: StepRecord) -> None:
+    """Mark consumed the signal a committed wait names (idempotent), before anyone advances."""
+    won = record.attempts[-1] if record.attempts else None
+    key = (won.detail or {}).get("signal") if won is not None else None
+    if key is None:
+        return
+    try:
+        parts.store.consume_signal(ex.id, st.signal, key, f"{record.index}:{won.attempt}")
+    except ConflictError:
+        execution_log(ex).error("signal.consumed_twice", key=key)

@@ -1,0 +1,153 @@
+"""Waiting on the outside world: the runner's and the sweeper's side of every wait.
+
+A wait is ONE step with ONE history record; its attempt is the step's attempt. The
+history record is its commit point, exactly as for a step: whoever commits attempt
+``a`` first (a completion, a signal, a child's end, or the timeout recording ``a``
+failed) wins, and ``engine/history_rules.py`` refuses the others.
+
+    RUNNING(i, a) ──begin──► WAITING(i, a, wait)  next_wake_at = the wait's timeout (GSI1)
+                                 │  completion: commit(i, a) ──► advance ──► RUNNING(i+1) / COMPLETED
+                                 │  timeout (sweeper): record a failed ──► retry (a+1) / FAILED
+                                 └  a lost race: the loser finds the record and follows it
+
+Callbacks: engine/callbacks.py; signals: engine/signals.py; polls: engine/polls.py;
+children: engine/children.py.
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+from typing import Any
+
+from engine import steps
+from engine import transitions as tr
+from engine.errors import CallbackTimeout, ConflictError, HeartbeatTimeout, SignalTimeout, WaitTimeout
+from engine.outbox import execution_log
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.state import AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind, canonical_json
+from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, StepContext, StepSpec, WorkflowSpec
+
+
+def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    """A message reached a wait step (RUNNING): start the wait, or finish one already decided."""
+    from engine import callbacks, children, signals  # each imports this module's helpers
+
+    if isinstance(st, CallbackSpec):
+        return callbacks.begin(parts, ex, spec, st)
+    if isinstance(st, SignalSpec):
+        return signals.begin(parts, ex, spec, st)
+    if isinstance(st, ChildSpec):
+        return children.begin(parts, ex, spec, st)
+    raise TypeError(f"{type(st).__name__} is not a wait")
+
+
+def expire(parts: Parts, ex: Execution) -> LinkResult:
+    """The sweeper found a WAITING execution due: roll a committed wait forward, else time it out."""
+    spec = parts.registry.get(ex.workflow)
+    st = steps.step_at(spec, ex.current_step)
+    assert isinstance(st, StepSpec)
+    record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    if committed(record, ex.attempt):
+        assert record is not None
+        return finish_committed(parts, ex, spec, st, record)
+    from engine import callbacks
+
+    error = timeout_error(ex, parts.clock.now())
+    started = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
+    execution_log(ex).info("wait.timed_out", kind=ex.wait.kind.value if ex.wait else None, error=type(error).__name__)
+    return steps.fail_attempt(
+        parts,
+        ex,
+        spec,
+        st,
+        error,
+        started_at=started,
+        outcome=AttemptOutcome.FAILED,
+        detail=callbacks.attempt_detail(ex),
+        superseded=lambda rec: finish_committed(parts, ex, spec, st, rec),
+    )
+
+
+def timeout_error(ex: Execution, now: float) -> WaitTimeout:
+    w = ex.wait
+    if w is None:
+        return WaitTimeout("the wait has no state; it is given up")
+    if w.kind is WaitKind.CALLBACK:
+        if (
+            w.heartbeat_deadline is not None
+            and w.heartbeat_deadline <= now
+            and (w.deadline is None or w.heartbeat_deadline < w.deadline)
+        ):
+            return HeartbeatTimeout(f"no heartbeat for callback {w.name!r} within {w.heartbeat_timeout:g} s")
+        return CallbackTimeout(f"callback {w.name!r} was not completed before its timeout")
+    if w.kind is WaitKind.SIGNAL:
+        return SignalTimeout(f"no signal {w.name!r} arrived before the timeout")
+    return WaitTimeout(f"the {w.kind.value} wait timed out")
+
+
+def committed(record: StepRecord | None, attempt: int) -> bool:
+    return record is not None and record.status is StepStatus.COMPLETED
+
+
+def finish_committed(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, record: StepRecord) -> LinkResult:
+    """Roll a committed wait forward: consume what it committed (a signal) first, then advance."""
+    if isinstance(st, SignalSpec):
+        from engine import signals
+
+        signals.consume_committed(parts, ex, st, record)
+    return finish(parts, ex, spec, st, record.result)
+
+
+def finish(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, result: dict[str, Any] | None) -> LinkResult:
+    """The wait's step is committed (and what it committed consumed): move on.
+
+    Retries on a lost write while the execution is still at this step and attempt (a
+    runner may be writing WAITING while a completion advances), and stops as soon as
+    someone else has moved it.
+    """
+    index, attempt = ex.current_step, ex.attempt
+    for _ in range(steps.CONFLICT_RETRIES):
+        new, effects = tr.after_step(ex, spec, result, parts.clock.now(), parts.config)
+        try:
+            parts.store.put_execution(new, expected_version=ex.version, expected_step=index)
+        except ConflictError:
+            fresh = parts.store.get_execution(ex.id)
+            if fresh is None or fresh.terminal or fresh.current_step != index or fresh.attempt != attempt:
+                execution_log(ex).info("wait.advance_lost")
+                return LinkResult(OutcomeStatus.STALE)
+            ex = fresh
+            continue
+        execution_log(new).info("wait.completed", step_name=st.name, status=new.status.value)
+        return LinkResult(OutcomeStatus.COMPLETED_STEP, 0, effects)
+    raise ConflictError(f"execution {ex.id!r} kept changing while finishing a wait")
+
+
+def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
+    return StepContext(
+        execution_id=ex.id,
+        workflow=ex.workflow,
+        step_index=ex.current_step,
+        step_name=st.name,
+        attempt=ex.attempt,
+        data=MappingProxyType(json.loads(canonical_json(ex.context))),
+        log=execution_log(ex).bind(step_name=st.name),
+        services=parts.services,
+    )
+
+
+def park(parts: Parts, ex: Execution, new: Execution) -> Execution | None:
+    """Write ``new`` (WAITING) over ``ex``; None if someone moved the execution first."""
+    try:
+        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        execution_log(ex).info("wait.park_lost")
+        return None
+    execution_log(new).info(
+        "wait.written",
+        status=new.status.value,
+        kind=new.wait.kind.value if new.wait else None,
+        wake_at=new.next_wake_at,
+    )
+    return new
