@@ -1,1 +1,184 @@
-"""Child workflows (``child``): placeholder filled in below."""
+"""Child workflows (``child``): a step that starts another execution and waits for its end.
+
+For step i, attempt a of parent P:
+
+1. start the child with the id ``child_id(P, i, a)`` and ``parent = {id, step, attempt}``
+   (``control.start`` is idempotent on the id: a restart never starts two);
+2. park P WAITING (kind CHILD, ``child_id``), then look at the child again (it may have ended);
+3. the child's terminal write keeps it in GSI1 (``next_wake_at`` = a lease on) and sends
+   the parent a CHILD_DONE message for (i, a); a crash before that send is covered by the
+   sweeper, which notifies the parent before it un-indexes a terminal child;
+4. the parent's runner reads the child: COMPLETED commits step i with the child's output
+   (first commit wins, then advance); FAILED or CANCELLED fails attempt a through the
+   retry policy (a retry starts a fresh child, with the new attempt's id).
+
+Cancelling a parent cancels the child it waits for (and so on down).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from engine import steps
+from engine import transitions as tr
+from engine.errors import (
+    ChildFailed,
+    ConflictError,
+    ExecutionAlreadyExists,
+    InvalidInput,
+    LoomError,
+    NonRetryableError,
+    ResultTooLarge,
+)
+from engine.messages import MessageKind, StepMessage
+from engine.outbox import execution_log, send
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.state import Attempt, AttemptOutcome, Execution, Status, Wait, WaitKind
+from engine.waits import committed, context_for, finish, finish_committed, park
+from engine.workflow import ChildSpec, WorkflowSpec
+
+MAX_EXECUTION_ID = 128
+
+
+def child_id(parent_id: str, step: int, attempt: int) -> str:
+    """Deterministic, so a restarted parent finds the child it started instead of starting two."""
+    suffix = f"--{step}-{attempt}"
+    if len(parent_id) + len(suffix) <= MAX_EXECUTION_ID:
+        return parent_id + suffix
+    return "c" + hashlib.sha256(parent_id.encode()).hexdigest()[:40] + suffix
+
+
+class ChildInputError(NonRetryableError):
+    """The child's input function did not return a JSON object, or the child could not start."""
+
+
+def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec) -> LinkResult:
+    record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    if committed(record, ex.attempt):
+        assert record is not None
+        return finish_committed(parts, ex, spec, st, record)
+    cid = child_id(ex.id, ex.current_step, ex.attempt)
+    kid = parts.store.get_execution(cid)
+    if kid is not None and kid.terminal:
+        return resolve(parts, ex, spec, st, kid)
+    if kid is None:
+        failed = _start_child(parts, ex, spec, st, cid)
+        if failed is not None:
+            return failed
+    if ex.status is Status.WAITING:
+        return LinkResult(OutcomeStatus.WAITING)  # a notice for a child that is still running
+    wait = Wait(WaitKind.CHILD, ex.current_step, ex.attempt, name=st.workflow, child_id=cid)
+    parked = park(parts, ex, tr.waiting_state(ex, wait, parts.clock.now()))
+    if parked is None:
+        return LinkResult(OutcomeStatus.STALE)
+    kid = parts.store.get_execution(cid)  # it may have ended before the park: no notice would find us
+    if kid is not None and kid.terminal:
+        return resolve(parts, parked, spec, st, kid)
+    return LinkResult(OutcomeStatus.WAITING, 1)
+
+
+def _start_child(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, cid: str) -> LinkResult | None:
+    from engine import control
+
+    started = parts.clock.now()
+    try:
+        child_input = st.fn(context_for(parts, ex, st))
+        if child_input is not None and not isinstance(child_input, dict):
+            raise ChildInputError(f"child input must be a dict, not {type(child_input).__name__}")
+        parent = {"id": ex.id, "step": ex.current_step, "attempt": ex.attempt}
+        control.start(parts, st.workflow, child_input or {}, cid, parent=parent)
+    except (InvalidInput, ExecutionAlreadyExists) as exc:
+        bad = ChildInputError(f"child {st.workflow!r} could not start: {exc.message}")
+        return steps.fail_attempt(parts, ex, spec, st, bad, started_at=started, outcome=AttemptOutcome.FAILED)
+    except LoomError:
+        raise  # throttling and the like: the message is delivered again
+    except Exception as exc:
+        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+    execution_log(ex).info("child.started", child_id=cid, workflow=st.workflow)
+    return None
+
+
+def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid: Execution) -> LinkResult:
+    """The child has ended: its output commits the step, its failure fails the attempt."""
+    started = ex.attempt_started_at if ex.attempt_started_at is not None else kid.created_at
+    detail = {"child": kid.id}
+    if kid.status is not Status.COMPLETED:
+        why = ChildFailed(f"child {kid.id} ended {kid.status.value}: {(kid.error or {}).get('message', '')}")
+        return steps.fail_attempt(
+            parts,
+            ex,
+            spec,
+            st,
+            why,
+            started_at=started,
+            outcome=AttemptOutcome.FAILED,
+            detail=detail,
+            superseded=lambda rec: finish_committed(parts, ex, spec, st, rec),
+        )
+    attempt = Attempt(ex.attempt, started, parts.clock.now(), AttemptOutcome.COMPLETED, detail=detail)
+    try:
+        result = steps.check_result(ex, kid.context)
+        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
+    except ResultTooLarge as exc:
+        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+    except ConflictError:
+        record = parts.store.get_step(ex.id, ex.current_step, st.name)
+        if not committed(record, ex.attempt):
+            return LinkResult(OutcomeStatus.STALE)
+        assert record is not None
+        return finish_committed(parts, ex, spec, st, record)
+    execution_log(ex).info("child.completed", child_id=kid.id)
+    return finish(parts, ex, spec, st, result)
+
+
+def notify_parent(parts: Parts, child: Execution) -> None:
+    """Tell the parent its child ended (after the child's terminal write; a lost send is
+    covered by the sweeper, which finds the terminal child still indexed)."""
+    p = child.parent
+    if p is None or not child.terminal:
+        return
+    send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)
+
+
+def cancel_children(parts: Parts, ex: Execution) -> None:
+    """After a parent is cancelled: cancel the child it waited for (and its children, recursively)."""
+    from engine import control
+
+    w = ex.wait
+    if w is None or w.kind is not WaitKind.CHILD or w.child_id is None:
+        return
+    try:
+        control.cancel(parts, w.child_id)
+    except LoomError as exc:
+        execution_log(ex).info("child.cancel_skipped", child_id=w.child_id, reason=exc.code)
+
+
+def children_of(parts: Parts, ex: Execution) -> list[dict[str, Any]]:
+    """Every child this execution started, with its status (for GET /executions/{id})."""
+    try:
+        spec = parts.registry.get(ex.workflow)
+    except LoomError:
+        return []
+    if not any(isinstance(s, ChildSpec) for s in spec.steps):
+        return []
+    ids: list[str] = []
+    for record in parts.store.history(ex.id):
+        ids += [str(a.detail["child"]) for a in record.attempts if a.detail and "child" in a.detail]
+    if ex.wait is not None and ex.wait.child_id and ex.wait.child_id not in ids:
+        ids.append(ex.wait.child_id)
+    found = []
+    for cid in ids:
+        kid = parts.store.get_execution(cid)
+        found.append(
+            {
+                "id": cid,
+                "workflow": None if kid is None else kid.workflow,
+                "status": None if kid is None else kid.status.value,
+            }
+        )
+    return found
+
+
+__all__ = ["begin", "cancel_children", "child_id", "children_of", "notify_parent", "resolve"]

@@ -6,6 +6,7 @@ import json
 import uuid
 from typing import Any
 
+from engine import children
 from engine import transitions as tr
 from engine.errors import (
     AlreadyTerminal,
@@ -25,8 +26,17 @@ from engine.state import Execution, Status, StepRecord, canonical_json
 CONFLICT_RETRIES = 5
 
 
-def start(parts: Parts, workflow: str, input: Any, execution_id: str | None = None) -> tuple[Execution, bool]:
+def start(
+    parts: Parts,
+    workflow: str,
+    input: Any,
+    execution_id: str | None = None,
+    *,
+    parent: dict[str, Any] | None = None,
+) -> tuple[Execution, bool]:
     """Start an execution; idempotent on ``execution_id``. Returns (execution, created).
+
+    ``parent`` ({id, step, attempt}) makes it a child (engine/children.py).
 
     Raises ``UnknownWorkflow``, ``InvalidInput`` (and its ``PayloadTooLarge``),
     ``ExecutionAlreadyExists`` when the id is taken with another workflow or input.
@@ -49,6 +59,7 @@ def start(parts: Parts, workflow: str, input: Any, execution_id: str | None = No
         context=dict(document),
         created_at=now,
         updated_at=now,
+        parent=parent,
     )
     ex, effects = tr.start_state(draft, spec, parts.config)
     try:
@@ -110,13 +121,17 @@ def cancel(parts: Parts, execution_id: str) -> Execution:
     for _ in range(CONFLICT_RETRIES):
         if ex.terminal:
             raise AlreadyTerminal(f"execution {execution_id!r} is already {ex.status.value}", status=ex.status.value)
-        new = tr.cancelled_state(ex, parts.clock.now())
+        new = tr.cancelled_state(ex, parts.clock.now(), parts.config)
         try:
             parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
         except ConflictError:
             ex = get(parts, execution_id)
             continue
         execution_log(new).info("execution.cancelled")
+        # Parent first, then its child: the child's end then finds the parent terminal and
+        # changes nothing (the other order would let the parent retry with a new child).
+        children.cancel_children(parts, ex)
+        children.notify_parent(parts, new)
         return new
     raise ConflictError(f"execution {execution_id!r} kept changing; try again")
 

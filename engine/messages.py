@@ -18,6 +18,7 @@ class MessageKind(StrEnum):
     RETRY = "retry"  # the next attempt after a failure, sent with the backoff delay
     REDRIVE = "redrive"  # the sweeper or a DLQ redrive took the execution over
     WAKE = "wake"  # the end of a short sleep
+    CHILD_DONE = "child_done"  # a child execution ended: its parent's wait (step, attempt) looks at it
 
     @property
     def guarded(self) -> bool:

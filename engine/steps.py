@@ -123,6 +123,10 @@ def advance(parts: Parts, ex: Execution, spec: WorkflowSpec, result: dict[str, A
             ex = fresh
             continue
         execution_log(new).info("execution.advanced", status=new.status.value, version=new.version)
+        if new.terminal and new.parent is not None:
+            from engine import children  # a child's end wakes its parent
+
+            children.notify_parent(parts, new)
         parts.faults.point(
             FaultPoint.AFTER_CHECKPOINT, execution_id=ex.id, step=index, attempt=ex.attempt, input=ex.input
         )
@@ -221,17 +225,21 @@ def fail_execution(
     parts.queue.send_dead_letter(
         {"loom": "failed", "execution_id": ex.id, "workflow": ex.workflow, "failed_at": now, "error": info}
     )
-    new = tr.failed_state(ex, info, now)
+    new = tr.failed_state(ex, info, now, parts.config)
     try:
         try:
             parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
         except PayloadTooLarge:
             # Only an item accepted before ERROR_RESERVE existed can get here: the execution
             # must still end FAILED, with as much of its error as fits.
-            new = tr.failed_state(ex, {**_brief(info), "step": ex.current_step, "reason": reason}, now)
+            new = tr.failed_state(ex, {**_brief(info), "step": ex.current_step, "reason": reason}, now, parts.config)
             parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("execution.fail_lost")
         return LinkResult(OutcomeStatus.STALE, ran)
     execution_log(new).warning("execution.failed", error=info)
+    if new.parent is not None:
+        from engine import children
+
+        children.notify_parent(parts, new)
     return LinkResult(OutcomeStatus.FAILED, ran)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import steps, waits
+from engine import children, steps, waits
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
@@ -112,7 +112,8 @@ def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction,
     if ex is None or ex.next_wake_at is None or ex.next_wake_at > now:
         return SweepAction.SKIPPED, None
     try:
-        if ex.terminal:  # should not be indexed; clean it up
+        if ex.terminal:  # should not be indexed (a child's hold aside); clean it up
+            children.notify_parent(parts, ex)  # the notice its worker may have died before sending
             _unindex(parts, ex, now)
             return SweepAction.SKIPPED, None
         if ex.status is Status.SLEEPING:

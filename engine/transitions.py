@@ -63,7 +63,10 @@ def after_step(
         "wait": None,
     }
     if nxt >= len(spec.steps):
-        return ex.evolve(now, status=Status.COMPLETED, current_step=nxt, next_wake_at=None, **common), Effects()
+        done = ex.evolve(
+            now, status=Status.COMPLETED, current_step=nxt, next_wake_at=terminal_wake(ex, now, cfg), **common
+        )
+        return done, Effects()
     following = spec.steps[nxt]
     if isinstance(following, SleepSpec):
         wake_at = now + following.seconds
@@ -121,14 +124,24 @@ def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> t
     return new, Effects()
 
 
-def failed_state(ex: Execution, error: dict[str, Any], now: float) -> Execution:
+def terminal_wake(ex: Execution, now: float, cfg: EngineConfig | None) -> float | None:
+    """None: a terminal execution leaves GSI1. A child stays a little (engine/children.py),
+    so that the sweeper re-sends the notice to its parent if the worker died before sending it."""
+    if ex.parent is None or cfg is None:
+        return None
+    return now + 2 * cfg.lease_seconds
+
+
+def failed_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig | None = None) -> Execution:
+    wake = terminal_wake(ex, now, cfg)
     return ex.evolve(
-        now, status=Status.FAILED, error=error, next_wake_at=None, ready_at=None, started_attempt=0, wait=None
+        now, status=Status.FAILED, error=error, next_wake_at=wake, ready_at=None, started_attempt=0, wait=None
     )
 
 
-def cancelled_state(ex: Execution, now: float) -> Execution:
-    return ex.evolve(now, status=Status.CANCELLED, next_wake_at=None, ready_at=None, started_attempt=0, wait=None)
+def cancelled_state(ex: Execution, now: float, cfg: EngineConfig | None = None) -> Execution:
+    wake = terminal_wake(ex, now, cfg)
+    return ex.evolve(now, status=Status.CANCELLED, next_wake_at=wake, ready_at=None, started_attempt=0, wait=None)
 
 
 def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:

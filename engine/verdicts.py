@@ -54,6 +54,10 @@ def points_at(msg: StepMessage, ex: Execution) -> bool:
     """Whether the message still addresses the execution's current position."""
     if msg.kind is MessageKind.WAKE:
         return ex.status is Status.SLEEPING and ex.current_step == msg.step
+    if msg.kind is MessageKind.CHILD_DONE:
+        # The parent may not have parked yet when its child ends (engine/children.py).
+        live = ex.status in (Status.RUNNING, Status.WAITING)
+        return live and ex.current_step == msg.step and ex.attempt == msg.attempt
     return ex.status is Status.RUNNING and ex.current_step == msg.step and ex.attempt == msg.attempt
 
 
@@ -63,6 +67,8 @@ def check_message(msg: StepMessage, ex: Execution | None, now: float, cfg: Engin
     if not points_at(msg, ex):
         return MessageCheck(MessageVerdict.STALE)
     due_at = ex.next_wake_at if msg.kind is MessageKind.WAKE else ex.ready_at
+    if msg.kind is MessageKind.CHILD_DONE:
+        due_at = None
     if due_at is not None and now + cfg.early_tolerance < due_at:
         return MessageCheck(MessageVerdict.EARLY, due_at=due_at)
     if msg.kind is MessageKind.WAKE:

@@ -120,6 +120,10 @@ def finish(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, result
             ex = fresh
             continue
         execution_log(new).info("wait.completed", step_name=st.name, status=new.status.value)
+        if new.terminal and new.parent is not None:
+            from engine import children
+
+            children.notify_parent(parts, new)
         return LinkResult(OutcomeStatus.COMPLETED_STEP, 0, effects)
     raise ConflictError(f"execution {ex.id!r} kept changing while finishing a wait")
 

@@ -10,6 +10,7 @@
 | GET  /workflows                      | 200                                            |
 | GET  /dlq?limit                      | 200: the parked messages, left in place        |
 | POST /dlq/redrive?limit              | 200: what was done with each message           |
+| POST /callbacks/{token}/succeed|fail|heartbeat, POST /executions/{id}/signals/{name} | functions/waits_api.py |
 
 Errors are ``{"error": {"code", "message"}}``: 400 bad JSON, unknown workflow, bad id or
 parameter; 413 payload over an AWS limit; 404 unknown path or execution; 405 wrong
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import dead_letters
+from engine import children, dead_letters
 from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
@@ -33,7 +34,7 @@ from engine.errors import (
     UnknownWorkflow,
 )
 from engine.log import get_logger
-from functions import views, wiring
+from functions import views, waits_api, wiring
 from functions.http import HttpError, Request, Router, error_response, response
 
 START_FIELDS = frozenset({"workflow", "input", "execution_id"})
@@ -94,7 +95,9 @@ def start(request: Request) -> dict[str, Any]:
 def status(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
     ex = wiring.engine().get(request.params["id"])
-    return response(200, views.execution(ex, _step_names(ex.workflow)))
+    body = views.execution(ex, _step_names(ex.workflow))
+    body["children"] = children.children_of(wiring.engine(), ex)  # parent: views.execution
+    return response(200, body)
 
 
 def history(request: Request) -> dict[str, Any]:
@@ -155,6 +158,7 @@ ROUTER.add("POST", "/executions/{id}/cancel", cancel)
 ROUTER.add("GET", "/workflows", workflows)
 ROUTER.add("GET", "/dlq", dlq_list)
 ROUTER.add("POST", "/dlq/redrive", dlq_redrive)
+waits_api.register(ROUTER)  # callbacks and signals (functions/waits_api.py)
 
 # Most specific first: PayloadTooLarge is an InvalidInput, NotFailed a ConflictError.
 ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
@@ -173,7 +177,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         request = Request.from_event(event)
     except (ValueError, TypeError) as exc:  # a body flagged base64 that is not
         return error_response(400, "malformed_request", f"the request could not be read: {exc}")
-    log = log.bind(method=request.method, path=request.path)
+    log = log.bind(method=request.method, path=waits_api.redact_path(request.path))  # no token in logs
     try:
         answer = ROUTER.dispatch(request)
     except HttpError as exc:

@@ -47,7 +47,25 @@ def execution(ex: Execution, step_names: list[str] | None = None) -> dict[str, A
         out["current_step_name"] = step_names[ex.current_step] if ex.current_step < len(step_names) else None
     out["input"] = ex.input
     out["output"] = ex.context
+    out["wait"] = wait(ex)
+    out["parent"] = ex.parent
     return out
+
+
+def wait(ex: Execution) -> dict[str, Any] | None:
+    """What the execution waits for; the callback token's hash is never shown."""
+    w = ex.wait
+    if w is None:
+        return None
+    return {
+        "kind": w.kind.value,
+        "name": w.name,
+        "step": w.step,
+        "attempt": w.attempt,
+        "child_id": w.child_id,
+        "polls": w.polls,
+        **_times(deadline=w.deadline, heartbeat_deadline=w.heartbeat_deadline),
+    }
 
 
 def attempt(a: Attempt) -> dict[str, Any]:

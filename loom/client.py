@@ -201,6 +201,14 @@ class ControlPlane:
     def dlq_redrive(self, limit: int | None = None) -> dict[str, Any]:
         return self.request("POST", "/dlq/redrive", query={"limit": limit})[1]
 
+    def callback(self, token: str, action: str, body: Any = None) -> dict[str, Any]:
+        """``action`` is succeed, fail or heartbeat; the token stays out of every error message."""
+        return self.request("POST", f"/callbacks/{_segment(token)}/{_segment(action)}", body=body)[1]
+
+    def signal(self, execution_id: str, name: str, payload: Any = None) -> dict[str, Any]:
+        path = f"/executions/{_segment(execution_id)}/signals/{_segment(name)}"
+        return self.request("POST", path, body={"payload": payload if payload is not None else {}})[1]
+
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """urllib would resend the Authorization header to wherever a redirect points, http:// included."""

@@ -10,7 +10,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-GROUPS = ("loom.cli.executions", "loom.cli.local", "loom.cli.chaos")
+GROUPS = ("loom.cli.executions", "loom.cli.waits", "loom.cli.local", "loom.cli.chaos")
 
 
 def build_parser() -> argparse.ArgumentParser:
