@@ -18,6 +18,7 @@ execution is refused (409) and nothing is written.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,15 @@ class Sent:
     name: str
     key: str
     delivered: bool
+
+
+_SEQUENCE = itertools.count()
+
+
+def signal_key(now: float) -> str:
+    """Arrival order: the time, then this process's sequence (two signals in one clock tick
+    keep their order), then randomness (no two control-plane instances collide)."""
+    return f"{now:020.6f}#{next(_SEQUENCE):010d}{uuid.uuid4().hex[:16]}"
 
 
 def consumer(ex: Execution) -> str:
@@ -74,7 +84,7 @@ def send(parts: Parts, execution_id: str, name: str, payload: Any) -> Sent:
     check_item(meta_item_size(canonical_json(ex.input), canonical_json({**ex.context, **payload})), "the payload")
     check_item(len(payload_json.encode()) + 400, "the payload")
     now = parts.clock.now()
-    signal = Signal(execution_id, name, f"{now:020.6f}#{uuid.uuid4().hex}", payload, now)
+    signal = Signal(execution_id, name, signal_key(now), payload, now)
     parts.store.put_signal(signal)
     execution_log(ex).info("signal.kept", signal=name)
     delivered = _deliver_if_waiting(parts, execution_id, name)
