@@ -1,0 +1,137 @@
+"""child() and wait_until() on the real table (moto): a parent advances exactly once whatever
+its child does; a cancelled parent takes its child with it; polls cost nothing between checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from engine import Registry, RetryPolicy
+from engine.children import child_id
+from engine.ports import FaultPoint
+from engine.workflow import NOT_YET, build_spec, wait_until
+from loom.testing import WorkflowTest
+from tests.integration.waits_support import Inbox, Runs, poller, registry
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def runs() -> Runs:
+    return Runs()
+
+
+@pytest.fixture
+def t(runs: Runs) -> Iterator[WorkflowTest]:
+    with WorkflowTest(registry(Inbox(), runs), backend="moto") as test:
+        yield test
+
+
+def test_a_child_runs_and_its_output_merges_into_the_parent(t: WorkflowTest, runs: Runs) -> None:
+    t.start("family", {"order": 1}, execution_id="p1")
+    ex = t.run("p1")
+    kid = t.execution("p1--0-1")
+    assert kid.parent == {"id": "p1", "step": 0, "attempt": 1} and kid.status.value == "COMPLETED"
+    assert ex.status.value == "COMPLETED" and ex.context["kid_out"] == 42 and runs.count["after"] == 1
+    assert t.execution("p1--0-1").next_wake_at is not None  # held in GSI1 until the sweeper re-notifies
+    version = t.execution("p1").version
+    t.run()
+    assert t.execution("p1--0-1").next_wake_at is None and t.execution("p1").version == version
+
+
+def test_a_child_whose_worker_dies_after_its_end_still_wakes_the_parent_once(t: WorkflowTest, runs: Runs) -> None:
+    """Failure table: 'child crashes after its terminal write, before the notice'."""
+    t.crash(FaultPoint.AFTER_CHECKPOINT, step="kid_work")
+    t.start("family", {}, execution_id="p2")
+    ex = t.run("p2")
+    assert t.faults.fired and ex.status.value == "COMPLETED"
+    assert runs.count["after"] == 1 and runs.count["kid_work"] == 1
+
+
+def test_a_failed_child_fails_the_attempt_and_the_retry_starts_a_fresh_child(t: WorkflowTest, runs: Runs) -> None:
+    t.start("retrying_family", {}, execution_id="p3")
+    ex = t.run("p3")
+    assert ex.status.value == "FAILED" and ex.error["type"] == "ChildFailed"
+    assert [t.status(child_id("p3", 0, a)) for a in (1, 2)] == ["FAILED", "FAILED"]
+    [record] = [r for r in t.history("p3") if r.index == 0]
+    assert [a.detail for a in record.attempts] == [{"child": "p3--0-1"}, {"child": "p3--0-2"}]
+
+
+def test_a_redriven_child_does_not_advance_its_parent_twice(t: WorkflowTest, runs: Runs) -> None:
+    """Failure table: 'a child re-driven after its parent moved on'."""
+    t.start("patient_family", {}, execution_id="p4")
+    t.run("p4")
+    kid = child_id("p4", 0, 1)
+    t.signal(kid, "go", {})
+    ex = t.run("p4")
+    assert ex.status.value == "COMPLETED" and runs.count["after"] == 1
+    # A duplicate notice (the sweeper's, or a redelivery) changes nothing.
+    from engine.children import notify_parent
+
+    notify_parent(t.engine, t.execution(kid))
+    t.run()
+    assert runs.count["after"] == 1 and t.execution("p4").version == ex.version
+
+
+def test_cancelling_a_parent_cancels_its_running_child(t: WorkflowTest, runs: Runs) -> None:
+    """Failure table: 'parent cancelled while its child runs': both end CANCELLED."""
+    t.start("patient_family", {}, execution_id="p5")
+    assert t.run("p5").status.value == "WAITING"
+    kid = child_id("p5", 0, 1)
+    assert t.status(kid) == "WAITING"
+    t.engine.cancel("p5")
+    t.run()
+    assert t.status("p5") == "CANCELLED" and t.status(kid) == "CANCELLED" and runs.count["after"] == 0
+
+
+def test_a_parent_restarted_before_its_park_never_starts_two_children(t: WorkflowTest, runs: Runs) -> None:
+    """The parent's worker dies after starting the child: the re-driven step finds the same child."""
+    from loom.testing.runner import WorkerDied
+
+    original = t.engine.store.put_execution
+    state = {"armed": True}
+
+    def die_on_park(ex, **kw):
+        if state["armed"] and ex.id == "p6" and ex.status.value == "WAITING":
+            state["armed"] = False
+            raise WorkerDied("before the park")
+        return original(ex, **kw)
+
+    t.engine.store.put_execution = die_on_park  # type: ignore[method-assign]
+    t.start("family", {}, execution_id="p6")
+    ex = t.run("p6")
+    assert ex.status.value == "COMPLETED" and runs.count["kid_work"] == 1 and runs.count["after"] == 1
+
+
+def test_a_poll_checks_until_done_without_running_between() -> None:
+    answers = [NOT_YET, NOT_YET, NOT_YET, {"settled": True}]
+    reg = Registry()
+    reg.add(build_spec("settle", [wait_until(poller(answers), every=1800, timeout=86_400)]))
+    with WorkflowTest(reg, backend="moto") as t:
+        t.start("settle", {}, execution_id="q1")
+        began = t.clock.now()
+        ex = t.run("q1")
+        assert ex.status.value == "COMPLETED" and ex.context == {"settled": True}
+        assert t.clock.now() - began == pytest.approx(3 * 1800)  # 30 min > SQS's 15: the sweeper drives it
+        assert t.deliveries == 4  # one per check, nothing in between
+        [record] = t.history("q1")
+        assert [a.outcome.value for a in record.attempts] == ["completed"]
+
+
+def test_a_short_poll_rides_sqs_delays_and_times_out_through_the_policy() -> None:
+    reg = Registry()
+    reg.add(
+        build_spec(
+            "never",
+            [wait_until(poller([NOT_YET]), every=300, timeout=1200)],
+            RetryPolicy(max_attempts=2, base=1, jitter="none"),
+        )
+    )
+    with WorkflowTest(reg, backend="moto") as t:
+        t.start("never", {}, execution_id="q2")
+        ex = t.run("q2")
+        assert ex.status.value == "FAILED" and ex.error["type"] == "PollTimeout"
+        [record] = t.history("q2")
+        assert [a.error["type"] for a in record.attempts] == ["PollTimeout", "PollTimeout"]
+        assert t.deliveries == 2 * 5  # checks at 0, 5, 10, 15, 20 minutes, per attempt
