@@ -14,4 +14,7 @@ SCENARIOS = (
     "concurrent_sweep",
     "lost_timer",
     "throttling",
+    "callback_race",
+    "signal_race",
+    "child_crash",
 )

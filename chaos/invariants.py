@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.state import Execution, Status, StepRecord, StepStatus, canonical_json
+from engine.state import Execution, Signal, Status, StepRecord, StepStatus, canonical_json
 from engine.transitions import merge_context
 
 
@@ -87,7 +87,9 @@ def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[s
             )
         if b.current_step < a.current_step:
             out.append(f"step went backwards: {a.current_step} -> {b.current_step} (v{a.version} -> v{b.version})")
-        if a.status in ("COMPLETED", "CANCELLED") and b.version > a.version:
+        # Leaving the due index is the one write a terminal execution may take (a child's hold).
+        unindexed = b.status == a.status and a.next_wake_at is not None and b.next_wake_at is None
+        if a.status in ("COMPLETED", "CANCELLED") and b.version > a.version and not unindexed:
             out.append(f"a {a.status} execution changed again (v{a.version} -> v{b.version})")
     return out
 
@@ -215,3 +217,33 @@ def check_execution(
 
 def committed_runs(history: Sequence[StepRecord]) -> int:
     return sum(1 for r in history if r.status is StepStatus.COMPLETED)
+
+
+def check_waits(ex: Execution, history: Sequence[StepRecord], signals: Sequence[Signal] = ()) -> list[str]:
+    """The waits' invariants: a WAITING execution holds its wait and a terminal one none; one
+    signal feeds one wait, and a signal is consumed only by the wait whose commit names it."""
+    out: list[str] = []
+    if ex.status is Status.WAITING and (ex.wait is None or ex.wait.step != ex.current_step):
+        out.append(f"WAITING at step {ex.current_step} without a wait for that step: {ex.wait}")
+    if ex.terminal and ex.wait is not None:
+        out.append(f"{ex.status.value} but still holds a wait: {ex.wait}")
+    named: dict[str, str] = {}
+    for r in history:
+        for a in r.attempts:
+            key = (a.detail or {}).get("signal")
+            if key is None or a.outcome != "completed":
+                continue
+            if key in named:
+                out.append(f"signal {key} feeds two waits: {named[key]} and {r.index}:{a.attempt}")
+            named[key] = f"{r.index}:{a.attempt}"
+    by_key = {s.key: s for s in signals}
+    for key, by in named.items():
+        sig = by_key.get(key)
+        if sig is None:
+            out.append(f"wait {by} committed signal {key}, which does not exist")
+        elif sig.consumed_by != by and (ex.terminal or int(by.split(":")[0]) < ex.current_step):
+            out.append(f"wait {by} moved on with signal {key} not marked consumed by it ({sig.consumed_by})")
+    for sig in signals:
+        if sig.consumed_by is not None and named.get(sig.key) != sig.consumed_by:
+            out.append(f"signal {sig.key} is consumed by {sig.consumed_by}, but no commit of that wait names it")
+    return out

@@ -52,6 +52,9 @@ class Store(Protocol):
 
     def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None: ...
 
+    def signals(self, execution_id: str) -> list[Signal]:
+        """Every signal kept for the execution, consumed or not."""
+
     def consume_signal(self, execution_id: str, name: str, key: str, by: str) -> None:
         """Mark it consumed by ``by`` (idempotent); ``ConflictError`` if another wait took it."""
 

@@ -68,12 +68,18 @@ class PaymentWebhook:
     retry = RetryPolicy(max_attempts=3, base=30, max_delay=300)
 
 
+def _child_chaos(ctx: StepContext) -> dict[str, Any]:
+    # The chaos kit aims faults at the children through the parent's input.
+    knobs = ctx.data.get("child_chaos")
+    return {"chaos": knobs} if isinstance(knobs, dict) else {}
+
+
 def pick_input(ctx: StepContext) -> dict[str, Any]:
-    return {"order_id": ctx.data.get("order_id")}
+    return {"order_id": ctx.data.get("order_id"), **_child_chaos(ctx)}
 
 
 def courier_input(ctx: StepContext) -> dict[str, Any]:
-    return {"order_id": ctx.data.get("order_id"), "reservation": ctx.data.get("reservation")}
+    return {"order_id": ctx.data.get("order_id"), "reservation": ctx.data.get("reservation"), **_child_chaos(ctx)}
 
 
 @workflow("warehouse_pick")

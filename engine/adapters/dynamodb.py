@@ -37,8 +37,8 @@ SUMMARY_ATTRIBUTES = [
     "attempt_started_at",
     "ready_at",
     "#e",
-    "wait",
-    "parent",
+    "#w",  # wait and parent are reserved words in expressions
+    "#p",
 ]
 
 # What a cursor may carry: exactly the key attributes of the index it pages.
@@ -368,6 +368,23 @@ class DynamoStore:
                 return None
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
+    def signals(self, execution_id: str) -> list[Signal]:
+        """Every signal kept for the execution, consumed or not, by name then arrival."""
+        found: list[Signal] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
+            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s("SIGNAL#")},
+            "ConsistentRead": True,
+        }
+        while True:
+            with mapped(f"table {self._table}"):
+                answer = self._db.query(**kwargs, **self._capacity())
+            found.extend(self._signal(execution_id, item) for item in answer.get("Items", []))
+            if "LastEvaluatedKey" not in answer:
+                return found
+            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+
     def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None:
         with mapped(f"table {self._table}"):
             answer = self._db.get_item(
@@ -472,7 +489,7 @@ class DynamoStore:
                 self._table: {
                     "Keys": chunk,
                     "ProjectionExpression": ", ".join(SUMMARY_ATTRIBUTES),
-                    "ExpressionAttributeNames": {"#s": "status", "#e": "error"},
+                    "ExpressionAttributeNames": {"#s": "status", "#e": "error", "#w": "wait", "#p": "parent"},
                     "ConsistentRead": True,
                 }
             }

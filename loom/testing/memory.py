@@ -109,6 +109,9 @@ class InMemoryStore:
         )
         return copy.deepcopy(waiting[0][1]) if waiting else None
 
+    def signals(self, execution_id: str) -> list[Signal]:
+        return copy.deepcopy([s for k, s in sorted(self._signals.items()) if k[0] == execution_id])
+
     def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None:
         found = self._signals.get((execution_id, name, key))
         return None if found is None else copy.deepcopy(found)

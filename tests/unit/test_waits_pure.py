@@ -1,0 +1,83 @@
+"""The waits' pure parts: tokens, the completion verdict, the wait's wake time, the workflow
+API's checks, and the chaos invariants for waits (each fails when it should)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from chaos.invariants import check_waits
+from engine.callbacks import CompletionVerdict, Token, check_completion, issue, parse
+from engine.errors import MalformedToken, WorkflowDefinitionError
+from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, StepRecord, StepStatus, Wait, WaitKind
+from engine.workflow import NOT_YET, wait_for_callback, wait_for_signal, wait_until
+
+pytestmark = pytest.mark.unit
+
+
+def execution(**changes) -> Execution:
+    base = Execution("e", "w", Status.WAITING, 1, 5, {}, {}, 0.0, 0.0, attempt=2)
+    return replace(base, **changes)
+
+
+def test_a_token_is_bound_and_has_at_least_128_random_bits() -> None:
+    token, digest = issue("order-1", 3, 2)
+    tok = parse(token)
+    assert (tok.execution_id, tok.step, tok.attempt) == ("order-1", 3, 2)
+    assert tok.hash == digest and digest not in token
+    assert len(tok.secret) * 6 >= 128  # url-safe base64: 6 bits a character
+    assert issue("order-1", 3, 2)[0] != token
+    for bad in ("", "lcb1.x", token + "!", token.replace("lcb1", "lcb2"), "lcb1.a b.1.1." + "A" * 24):
+        with pytest.raises(MalformedToken):
+            parse(bad)
+
+
+def test_the_completion_verdict() -> None:
+    token, digest = issue("e", 1, 2)
+    tok = parse(token)
+    wait = Wait(WaitKind.CALLBACK, 1, 2, token_hash=digest)
+    assert check_completion(execution(wait=wait), tok) is CompletionVerdict.ACCEPT
+    assert check_completion(execution(wait=wait, status=Status.RUNNING), tok) is CompletionVerdict.ACCEPT
+    wrong = Token("e", 1, 2, "B" * 24)
+    assert check_completion(execution(wait=wait), wrong) is CompletionVerdict.UNKNOWN
+    assert check_completion(execution(wait=None, attempt=3), tok) is CompletionVerdict.ENDED  # superseded
+    assert check_completion(execution(wait=None, current_step=2, attempt=1), tok) is CompletionVerdict.ENDED
+    assert check_completion(execution(wait=wait, status=Status.CANCELLED), tok) is CompletionVerdict.ENDED
+    assert check_completion(execution(wait=None, status=Status.RUNNING, attempt=2), tok) is CompletionVerdict.UNKNOWN
+    future = Token("e", 4, 1, tok.secret)
+    assert check_completion(execution(wait=wait), future) is CompletionVerdict.UNKNOWN
+
+
+def test_a_wait_wakes_at_its_earliest_deadline_and_round_trips() -> None:
+    w = Wait(WaitKind.CALLBACK, 1, 1, name="a", token_hash="h", deadline=100.0, heartbeat_deadline=40.0)
+    assert w.wake_at() == 40.0 and Wait(WaitKind.SIGNAL, 0, 1).wake_at() is None
+    assert Wait.from_dict(w.to_dict()) == w
+
+
+def test_the_workflow_api_checks_its_arguments() -> None:
+    with pytest.raises(WorkflowDefinitionError):
+        wait_for_callback("bad name")
+    with pytest.raises(WorkflowDefinitionError):
+        wait_for_signal("s", timeout=0)
+    with pytest.raises(WorkflowDefinitionError):
+        wait_until(lambda ctx: NOT_YET, every=None)  # type: ignore[arg-type]
+    assert wait_until(lambda ctx: NOT_YET, every=60, name="check").every == 60.0
+    assert repr(NOT_YET) == "NOT_YET"
+
+
+def _record(detail: dict, attempt: int = 1) -> StepRecord:
+    a = Attempt(attempt, 0.0, 1.0, AttemptOutcome.COMPLETED, detail=detail)
+    return StepRecord("e", 0, "signal_go", StepStatus.COMPLETED, (a,), {})
+
+
+def test_wait_invariants_hold_for_a_clean_run_and_fail_when_broken() -> None:
+    done = execution(status=Status.COMPLETED, current_step=1, wait=None)
+    sig = Signal("e", "go", "k1", {}, 0.0, consumed_by="0:1")
+    assert check_waits(done, [_record({"signal": "k1"})], [sig]) == []
+    assert check_waits(execution(wait=None), [], [])  # WAITING without its wait
+    assert check_waits(replace(done, wait=Wait(WaitKind.SIGNAL, 0, 1)), [], [])  # terminal holding a wait
+    stray = Signal("e", "go", "k2", {}, 0.0, consumed_by="0:1")
+    assert check_waits(done, [_record({"signal": "k1"})], [sig, stray])  # consumed with no commit naming it
+    unconsumed = replace(sig, consumed_by=None)
+    assert check_waits(done, [_record({"signal": "k1"})], [unconsumed])  # moved on without consuming
