@@ -294,6 +294,9 @@ def _fail(
     parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, tok: Token, error: Any, digest: str, log: Any
 ) -> Completion:
     failure = CallbackFailed(f"{error['type']}: {error.get('message', '')}")
+    # Two equal failures racing both find their body recorded: the write id tells the
+    # one whose record it is (200) from the repeat (200, repeat).
+    write_id = secrets.token_hex(8)
     done = steps.fail_attempt(
         parts,
         ex,
@@ -302,7 +305,7 @@ def _fail(
         failure,
         started_at=_started(ex),
         outcome=AttemptOutcome.FAILED,
-        detail={"token": tok.hash, "body": digest},
+        detail={"token": tok.hash, "body": digest, "write": write_id},
         superseded=lambda rec: LinkResult(OutcomeStatus.STALE),
     )
     dispatch(parts, done.effects)
@@ -311,8 +314,9 @@ def _fail(
     if mine is None or (mine.detail or {}).get("body") != digest:
         log.info("callback.fail_lost")
         raise WaitEnded("the wait has already ended (completed, timed out or failed otherwise)")
-    log.info("callback.failed", error=error_info(failure))
-    return Completion(ex.id, tok.step, tok.attempt, Action.FAIL, repeat=False)
+    repeat = (mine.detail or {}).get("write") != write_id
+    log.info("callback.repeat" if repeat else "callback.failed", error=error_info(failure))
+    return Completion(ex.id, tok.step, tok.attempt, Action.FAIL, repeat=repeat)
 
 
 def _heartbeat(parts: Parts, ex: Execution, st: CallbackSpec, tok: Token, log: Any) -> Completion:

@@ -1,7 +1,8 @@
 """``loom demo``: the example workflows end to end on a fresh embedded stack.
 
 order_fulfillment (with its one-hour sleep, woken through time travel),
-payment_retry (fails twice, then succeeds), poison_pill (fails into the DLQ).
+payment_retry (fails twice, then succeeds), poison_pill (fails into the DLQ),
+payment_webhook (WAITING on a callback, completed from outside through the API).
 Progress is printed as it happens, each execution's history as a table, then
 the chaos table when the chaos kit is installed. The exit status is non-zero
 when any workflow ends in the wrong state.
@@ -41,6 +42,12 @@ CASES = (
     Case("order_fulfillment", {"order_id": "A-1001", "amount": 42}, "COMPLETED", "sleeps an hour (time travel)"),
     Case("payment_retry", {"amount": 9.99}, "COMPLETED", "fails twice, then succeeds"),
     Case("poison_pill", {"order_id": "P-1"}, "FAILED", "always fails: FAILED, parked in the DLQ"),
+    Case(
+        "payment_webhook",
+        {"order_id": "W-1", "amount": 12, "settle_after": 1},
+        "COMPLETED",
+        "WAITING on a payment callback, completed from outside",
+    ),
 )
 
 
@@ -150,6 +157,7 @@ class Demo:
         seen: dict[str, tuple[Any, ...]] = {}
         final: dict[str, dict[str, Any]] = {}
         traveled = False
+        answered: set[str] = set()
         deadline = time.monotonic() + self.options.timeout
         while len(final) < len(ids) and time.monotonic() < deadline:
             for workflow, ex_id in ids.items():
@@ -167,6 +175,12 @@ class Demo:
                     final[workflow] = ex
                 elif ex["status"] == "SLEEPING" and not traveled:
                     traveled = self.time_travel(stack, workflow, ex)
+                elif (
+                    ex["status"] == "WAITING"
+                    and ex_id not in answered
+                    and (ex.get("wait") or {}).get("kind") == "callback"
+                ) and self.answer_callback(stack, workflow, ex):
+                    answered.add(ex_id)
             time.sleep(0.25)
         for workflow in ids:
             if workflow not in final:
@@ -189,6 +203,24 @@ class Demo:
         )
         return True
 
+    def answer_callback(self, stack: LocalStack, workflow: str, ex: dict[str, Any]) -> bool:
+        """Play the payment provider: read the token from its inbox, then POST the callback."""
+        from engine.adapters.ledger import DynamoLedger
+
+        inbox = DynamoLedger(stack.client("dynamodb"), stack.refs["Table"]).effects(ex["id"])
+        requests = [e for e in inbox.values() if e.get("kind") == "payment_request" and e.get("callback_token")]
+        if not requests:
+            return False
+        token = str(requests[-1]["callback_token"])
+        answer = ok(
+            stack.api_url or "", "POST", f"/callbacks/{token}/succeed", {"result": {"paid": requests[-1]["amount"]}}
+        )
+        self.say(
+            f"{workflow:<18} the provider calls back: POST /callbacks/<token>/succeed -> 200 "
+            f"(step {answer['step']}, attempt {answer['attempt']}; the token stays out of logs)"
+        )
+        return True
+
     def check(self, stack: LocalStack, case: Case, ex: dict[str, Any]) -> list[str]:
         problems = []
         if ex.get("status") != case.expected:
@@ -198,6 +230,9 @@ class Demo:
             charge = next((s for s in steps if s.get("name") == "flaky_charge"), {})
             if len(charge.get("attempts") or []) < 3:
                 problems.append("flaky_charge did not retry twice before succeeding")
+        paid = ex.get("output", {}).get("paid")
+        if case.workflow == "payment_webhook" and ex.get("status") == "COMPLETED" and paid != case.input["amount"]:
+            problems.append("the callback's result did not reach the context")
         if case.workflow == "poison_pill" and ex.get("status") == "FAILED":
             if not ex.get("error"):
                 problems.append("no error recorded")

@@ -267,3 +267,15 @@ def test_submit_failing_retries_through_the_policy(inbox: Inbox, runs: Runs) -> 
             test.complete_callback(calls[0], {})
         test.complete_callback(calls[1], {"fine": 1})
         assert test.run("f").status.value == "COMPLETED"
+
+
+def test_two_equal_failures_racing_report_one_winner(t: WorkflowTest, inbox: Inbox) -> None:
+    """Found by chaos callback_race: both equal failures saw their body recorded and both said 'won'."""
+    waiting(t)
+    token = inbox.last
+    racing = Racing(t.engine.store)
+    t.engine.store = racing
+    answers = []
+    racing.before("record_failure", lambda: answers.append(t.fail_callback(token, "Declined", "card")))
+    answers.append(t.fail_callback(token, "Declined", "card"))
+    assert sorted(a.repeat for a in answers) == [False, True]
