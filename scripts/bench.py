@@ -8,6 +8,7 @@ emulator, and counts every request with botocore's event hooks. Prints tables;
 
     .venv/bin/python scripts/bench.py                  # 200 executions x 10 steps, ~5-10 minutes
     .venv/bin/python scripts/bench.py --quick --json bench.json
+    .venv/bin/python scripts/bench.py --waits-only     # what a callback, signal, poll, child costs (seconds)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import moto
 
-from loom.bench import scenarios
+from loom.bench import scenarios, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render
@@ -45,6 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0, help="give up on a mode after this many seconds")
     p.add_argument("--quick", action="store_true", help="CI-sized: 20 executions, sweeper at 10/100/1000")
     p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--waits-only", action="store_true", help="only the waits' costs (loom/bench/waits.py)")
     p.add_argument("--state-dir", type=Path, help="where the emulator's log goes (default: a temp dir)")
     args = p.parse_args(argv)
     if args.quick:
@@ -186,9 +188,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.waits_only:
+        measured = waits.wait_costs()
+        print(waits.render(measured))
+        if args.json:
+            args.json.write_text(scenarios.dumps(measured), encoding="utf-8")
+        return 0 if all(c["met"] for c in measured["checks"]) else 1
     result = run(args)
+    result["waits"] = waits.wait_costs()
+    result["checks"] += result["waits"]["checks"]
     result["machine"]["total_seconds"] = round(result["machine"]["total_seconds"], 1)
     print(render(result))
+    print("\n" + waits.render(result["waits"]))
     print(f"\ntotal: {result['machine']['total_seconds']} s")
     if args.json:
         args.json.write_text(scenarios.dumps(result), encoding="utf-8")

@@ -1,5 +1,7 @@
 """Stateful property test: random interleavings of deliveries, duplicates, worker deaths,
-sweeps and clock jumps against the engine on moto's DynamoDB.
+sweeps and clock jumps against the engine on moto's DynamoDB; and, for the waits, callback
+completions (same and other bodies), failures and heartbeats, signals, timeouts and child
+ends, in every interleaving with the rest.
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
@@ -41,9 +43,10 @@ from engine import (
     step,
 )
 from engine.adapters.dynamodb import DynamoStore
-from engine.errors import AlreadyTerminal
+from engine.errors import AlreadyTerminal, LoomError
 from engine.messages import StepMessage
 from engine.ports import FAULT_POINTS
+from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, child, wait_for_callback, wait_for_signal
 from loom.template import create_resources
 from tests.integration.engine_support import Crash, CrashAt, WatchedStore, add_workflow
 
@@ -74,6 +77,14 @@ class Model:
         # (a concurrent duplicate) while the next step is in progress.
         self.die_in_step = False
         self.interleave: Any = None
+        # The waits: tokens handed out by submit, completions that won, signals sent.
+        self.issued: list[str] = []
+        self.won: dict[tuple[str, int, int], list[Any]] = defaultdict(list)
+        self.signals: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+
+def submit(ctx: Any, token: str) -> None:
+    ctx.services["model"].issued.append(token)
 
 
 def make_step(name: str, semantics: str = "at_least_once", retry: RetryPolicy | None = None) -> Any:
@@ -109,11 +120,20 @@ def registry() -> Registry:
     add_workflow(reg, "nap", [make_step("a"), sleep(seconds=120), make_step("c", "at_most_once")], retry=quick)
     add_workflow(reg, "long_nap", [sleep(hours=1), make_step("d")], retry=quick)
     add_workflow(reg, "flaky", [make_step("f", retry=far), make_step("g")], retry=quick)
+    add_workflow(
+        reg,
+        "approval",
+        [make_step("a"), wait_for_callback("cb", submit=submit, timeout=600, heartbeat_timeout=200), make_step("z")],
+        retry=quick,
+    )
+    add_workflow(reg, "signalled", [wait_for_signal("go", timeout=900), make_step("s")], retry=quick)
+    add_workflow(reg, "kid", [make_step("k")], retry=quick)
+    add_workflow(reg, "parent", [child("kid"), make_step("q")], retry=quick)
     return reg
 
 
 REGISTRY = registry()
-WORKFLOWS = sorted(REGISTRY.names())
+WORKFLOWS = sorted(n for n in REGISTRY.names() if n != "kid")  # kids are started by their parents
 
 
 @dataclass
@@ -274,6 +294,52 @@ class EngineMachine(RuleBasedStateMachine):
             return
         self.model.cancelled.add(execution_id)
 
+    # ----------------------------------------------------------------- waits
+
+    @precondition(lambda self: self.model.issued)
+    @rule(pick=st.integers(0, 20), body=st.sampled_from(["same", "same", "other"]))
+    def complete_callback(self, pick: int, body: str) -> None:
+        """The outside world answers a token (maybe an old one, maybe again, maybe differently)."""
+        token = self.model.issued[pick % len(self.model.issued)]
+        result = {"cb": f"{token[-6:]}:{body}"}
+        try:
+            done = self.engine.complete_callback(token, "succeed", {"result": result})
+        except Crash:
+            self.deaths += 1  # the control plane died somewhere in the completion
+            return
+        except LoomError:
+            return  # 404 / 409: refused, nothing written
+        if not done.repeat:
+            self.model.won[(done.execution_id, done.step, done.attempt)].append(result)
+
+    @precondition(lambda self: self.model.issued)
+    @rule(pick=st.integers(0, 20), action=st.sampled_from(["fail", "heartbeat"]))
+    def fail_or_heartbeat(self, pick: int, action: str) -> None:
+        token = self.model.issued[pick % len(self.model.issued)]
+        body = {"error": {"type": "Declined", "message": ""}} if action == "fail" else None
+        try:
+            done = self.engine.complete_callback(token, action, body)
+        except Crash:
+            self.deaths += 1
+            return
+        except LoomError:
+            return
+        if action == "fail" and not done.repeat:
+            self.model.won[(done.execution_id, done.step, done.attempt)].append("failed")
+
+    @precondition(lambda self: self.ids)
+    @rule(pick=st.integers(0, 3))
+    def send_signal(self, pick: int) -> None:
+        execution_id = self.ids[pick % len(self.ids)]
+        payload = {"go": f"g{next(self.model.tokens)}"}
+        try:
+            self.engine.signal(execution_id, "go", payload)
+        except Crash:
+            self.deaths += 1
+        except LoomError:
+            return  # terminal: refused
+        self.model.signals[execution_id].append(payload)
+
     # -------------------------------------------------------------- delivery
 
     def _deliver(self, batch: list[Envelope], chain: bool) -> None:
@@ -316,12 +382,16 @@ class EngineMachine(RuleBasedStateMachine):
             self.versions_seen[execution_id] = ex.version
             if ex.status in (Status.RUNNING, Status.SLEEPING):
                 assert ex.next_wake_at is not None, f"{execution_id} is {ex.status} with no wake time"
+            elif ex.status is Status.WAITING:
+                assert ex.wait is not None and ex.wait.step == ex.current_step, f"{execution_id} WAITING on {ex.wait}"
             else:
                 assert ex.next_wake_at is None
                 first = self.first_terminal.setdefault(execution_id, ex.status)
                 assert ex.status is first, f"{execution_id} went from {first} to {ex.status}"
         self.store.assert_versions_contiguous()
         assert all(n <= 1 for n in self.store.commits.values()), "a step committed twice"
+        for key, winners in self.model.won.items():
+            assert len(winners) <= 1, f"two completions of {key} both won: {winners}"
 
     @invariant()
     def at_most_once_steps_never_ran_twice_within_an_attempt(self) -> None:
@@ -356,7 +426,9 @@ class EngineMachine(RuleBasedStateMachine):
                 continue
             # Nothing to deliver: let time pass to the next delayed message or wake time.
             times = [m.visible_at for m in self.queue.messages]
-            times += [ex.next_wake_at for ex in executions if not ex.terminal]
+            # Children run (and hold their end in the due index) under ids their parents derive.
+            kids = [self.store.inner.get_execution(f"{i}--0-{a}") for i in self.ids for a in (1, 2, 3)]
+            times += [ex.next_wake_at for ex in [*executions, *kids] if ex is not None and ex.next_wake_at is not None]
             self.clock.set(max(self.clock.now(), min(times)))
             self.engine.sweep()
         stuck = {i: self.store.inner.get_execution(i) for i in self.ids}
@@ -384,6 +456,8 @@ class EngineMachine(RuleBasedStateMachine):
                 )
                 if spec.steps[record.index].is_sleep:
                     continue
+                if self._check_wait_record(ex, spec.steps[record.index], record, completed[0].attempt):
+                    continue
                 assert record.result in self.model.results[(execution_id, record.index)]
                 if ex.current_step > record.index:
                     # One committed result: the same one in history and in the context.
@@ -393,6 +467,36 @@ class EngineMachine(RuleBasedStateMachine):
                 assert ex.current_step == len(spec.steps)
             if ex.status is Status.FAILED:
                 assert any(d.get("execution_id") == execution_id for d in self.queue.dead), "FAILED but not in DLQ"
+            self._check_signals(execution_id, ex)
+
+    def _check_wait_record(self, ex: Any, spec: Any, record: Any, attempt: int) -> bool:
+        """A wait's committed result is what the outside world sent, and only the winner's."""
+        if isinstance(spec, CallbackSpec):
+            assert self.model.won.get((ex.id, record.index, attempt), [None])[0] in (record.result, None)
+            assert record.result is None or set(record.result) == {"cb"}
+        elif isinstance(spec, SignalSpec):
+            assert record.result in self.model.signals[ex.id], f"{record.result} was never sent to {ex.id}"
+        elif isinstance(spec, ChildSpec):
+            kid = self.store.inner.get_execution(f"{ex.id}--{record.index}-{attempt}")
+            assert kid is not None and kid.status is Status.COMPLETED and record.result == kid.context
+        else:
+            return False
+        if ex.current_step > record.index and record.result:
+            assert all(ex.context.get(k) is not None for k in record.result)
+        return True
+
+    def _check_signals(self, execution_id: str, ex: Any) -> None:
+        """One signal feeds one wait: each consumed signal is the one a committed record names."""
+        signals = self.store.inner.signals(execution_id)
+        named = [
+            (a.detail or {}).get("signal")
+            for r in self.store.inner.history(execution_id)
+            for a in r.attempts
+            if a.outcome == "completed" and (a.detail or {}).get("signal")
+        ]
+        assert len(named) == len(set(named)), f"a signal fed two waits: {named}"
+        consumed = sorted(s.key for s in signals if s.consumed_by is not None)
+        assert consumed == sorted(named), f"consumed {consumed}, committed {named}"
 
 
 def test_engine_invariants_hold_under_random_interleavings():
