@@ -115,6 +115,9 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     out.write(f"  step queue:                  {info.get('queue_url')}\n")
     out.write(f"  dead-letter queue:           {info.get('dlq_url')}\n")
     out.write(f"  worker pids:                 {info.get('worker_pids')}\n")
+    package = info.get("package") or {}
+    if package:
+        out.write(f"  function package (SOURCES):  {' '.join(package.get('sources', []))}\n")
     out.write(f"  stack file:                  {stackfile.path()}\n")
     out.flush()
 
@@ -176,6 +179,7 @@ def _options(args: argparse.Namespace) -> Any:
 def _up_foreground(args: argparse.Namespace) -> int:
     from engine.log import configure
     from loom.local.emulator import EmulatorError
+    from loom.local.package import PackageError
     from loom.local.stack import LocalStack
 
     configure(args.log_level)
@@ -189,7 +193,7 @@ def _up_foreground(args: argparse.Namespace) -> int:
     stack = LocalStack(_options(args))
     try:
         stack.start()
-    except (EmulatorError, OSError, KeyError, ValueError) as exc:
+    except (EmulatorError, PackageError, OSError, KeyError, ValueError) as exc:
         error(f"the stack did not start: {exc}")
         return 1
     try:
