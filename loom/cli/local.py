@@ -224,8 +224,13 @@ def _up_detached(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + DETACH_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            tail = _tail(log_path)
+            said = [line for line in tail.splitlines() if line.startswith("loom: error:")]
+            if said:  # the supervisor explained itself: that line, not the whole log
+                sys.stderr.write("\n".join(said[-1:]) + "\n")
+                return 1
             error(f"the stack exited with status {proc.returncode}; last lines of {log_path}:")
-            sys.stderr.write(_tail(log_path))
+            sys.stderr.write(tail)
             return 1
         info = stackfile.read(state)
         if info and info.get("supervisor_pid") == proc.pid and _answers(info.get("control_plane_url")):

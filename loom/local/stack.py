@@ -163,6 +163,8 @@ class LocalStack:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
         self.package = build_package(self.state_dir, opts.sources)
+        self._assign_roles()
+        self._check_imports()  # before anything starts: a module that cannot load stops `up` here
         if opts.log_file is not None:
             self._output = output_file(Path(opts.log_file))
         emulator_log = self._output or output_file(self.state_dir / "emulator.log")
@@ -174,7 +176,6 @@ class LocalStack:
         self._session = _EndpointSession(self.endpoint_url, opts.region)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
         self._plan_functions()
-        self._check_imports()
         self._apply_visibility_override()
         self._start_pools()
         self.started_at = time.time()
@@ -221,8 +222,7 @@ class LocalStack:
     def _function_spec(self, logical_id: str) -> FunctionSpec:
         return self.template.functions()[logical_id]
 
-    def _plan_functions(self) -> None:
-        opts = self.options
+    def _assign_roles(self) -> None:
         for logical_id, spec in self.template.functions().items():
             props = self.template.resources[logical_id].get("Properties", {})
             kinds = {e.get("Type") for e in spec.events.values()}
@@ -232,8 +232,12 @@ class LocalStack:
                 self._roles[logical_id] = "sweeper"
             elif "FunctionUrlConfig" in props:
                 self._roles[logical_id] = "api"
-            else:
-                continue
+
+    def _plan_functions(self) -> None:
+        opts = self.options
+        for logical_id in self._roles:
+            spec = self._function_spec(logical_id)
+            props = self.template.resources[logical_id].get("Properties", {})
             name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
             env = _base_env()
             env.update(function_environment(spec, self.refs, self.template))
@@ -263,10 +267,28 @@ class LocalStack:
         assert package is not None
 
         def check(logical_id: str) -> None:
-            check_function_imports(package, logical_id, self._function_spec(logical_id).handler, self._envs[logical_id])
+            spec = self._function_spec(logical_id)
+            check_function_imports(package, logical_id, spec.handler, self._preflight_env(logical_id))
 
         with ThreadPoolExecutor(max_workers=max(1, len(self._roles))) as ex:
             list(ex.map(check, self._roles))
+
+    def _preflight_env(self, logical_id: str) -> dict[str, str]:
+        """The function's environment as far as it is known before any resource exists.
+
+        Variables that name a resource (a table, a queue) are left out: importing a module must not
+        need them, and LOOM_WORKFLOW_MODULES, the one the check reads, is a parameter.
+        """
+        opts = self.options
+        refs = {**self.template.parameter_defaults(), **opts.parameters}
+        env = _base_env()
+        for name, value in self._function_spec(logical_id).environment.items():
+            with contextlib.suppress(KeyError, ValueError):
+                env[name] = str(self.template.resolve(value, refs))
+        env.update(fake_credentials(opts.region))
+        env.update(opts.env)
+        env.update(opts.function_env.get(logical_id, {}))
+        return env
 
     def _queue_of(self, event_props: Mapping[str, Any]) -> str:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""

@@ -126,6 +126,7 @@ def test_up_refuses_a_stray_import_in_the_functions(tmp_path: Path):
     done = loom(
         tmp_path / ".loom",
         "up",
+        "--detach",  # the background supervisor's one line reaches the caller too
         "--port",
         "0",
         "--api-port",
