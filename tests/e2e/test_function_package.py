@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,22 @@ def test_default_sources_are_the_makefiles_and_sources_overrides_them():
     assert "cp -R $(SOURCES)" in text  # the recipe `sam build` runs copies exactly this list
     assert configured_sources({}) == makefile_sources() == ("engine", "functions", "workflows")
     assert configured_sources({"SOURCES": "engine functions  workflows /x/myapp"})[-1] == "/x/myapp"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("sources", [None, "engine functions workflows /abs/myapp"])
+def test_make_packages_the_same_sources_as_loom_up(sources: str | None, tmp_path: Path):
+    env = _no_sources_env() if sources is None else {**_no_sources_env(), "SOURCES": sources}
+    dry = subprocess.run(
+        ["make", "-n", "build-WorkerFunction", f"ARTIFACTS_DIR={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    copy = next(line for line in dry.stdout.splitlines() if line.startswith("cp -R "))
+    assert copy == f'cp -R {" ".join(configured_sources(env))} "{tmp_path}/"'
 
 
 def test_a_source_that_does_not_exist_is_named(tmp_path: Path):
