@@ -254,3 +254,14 @@ def test_invocation_past_memory_size_is_killed_as_out_of_memory():
         assert pool.invoke({"mb": 8}).outcome == "ok"  # a fresh process, a fresh peak
     finally:
         pool.stop()
+
+
+def test_a_missing_handler_function_is_handler_not_found_as_aws_says():
+    pool = FunctionPool(function="Nope", handler=f"{H}.nope", env=BASE_ENV, timeout=5, package=_built()).start()
+    try:
+        inv = pool.invoke({})
+        assert inv.outcome == "error"
+        assert inv.error["errorType"] == "Runtime.HandlerNotFound"
+        assert inv.error["errorMessage"] == f"Handler 'nope' missing on module '{H}'"
+    finally:
+        pool.stop()
