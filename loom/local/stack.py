@@ -320,6 +320,8 @@ class LocalStack:
 
     def _start_pools(self) -> None:
         sizes = {"worker": self.options.workers, "sweeper": 1, "api": self.options.api_workers}
+        package = self.package
+        assert package is not None  # built first, in _start
         for logical_id, role in self._roles.items():
             spec = self._function_spec(logical_id)
             self.pools[logical_id] = FunctionPool(
@@ -329,7 +331,7 @@ class LocalStack:
                 timeout=self._timeout(logical_id),
                 size=max(1, sizes[role]),
                 memory=spec.memory,
-                package=self.package,
+                package=package,
                 output=self._output,
                 on_invocation=self._logged,
                 on_change=self._pool_changed,
