@@ -52,23 +52,30 @@ def fix_for(report: Mapping[str, Any], sources: tuple[str, ...]) -> str:
 def describe(logical_id: str, handler_module: str, report: Mapping[str, Any], sources: tuple[str, ...]) -> str:
     module = report.get("module")
     what = "handler module" if module == handler_module else "workflow module"
+    message = " ".join(str(report.get("errorMessage")).split())  # one line, whatever the exception said
     return (
         f"{logical_id} cannot import {what} {module!r} from its package: "
-        f"{report.get('errorType')}: {report.get('errorMessage')}; {fix_for(report, sources)}"
+        f"{report.get('errorType')}: {message}; {fix_for(report, sources)}"
     )
 
 
 def check_function_imports(package: FunctionPackage, logical_id: str, handler: str, env: Mapping[str, str]) -> None:
     modules = modules_to_check(handler, env)
-    proc = subprocess.run(
-        runtime_command(package, "--check-imports", ",".join(modules)),
-        env=package_env(env, package),
-        cwd=str(package.task_root),
-        capture_output=True,
-        text=True,
-        timeout=CHECK_TIMEOUT,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            runtime_command(package, "--check-imports", ",".join(modules)),
+            env=package_env(env, package),
+            cwd=str(package.task_root),
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ImportCheckFailed(
+            f"{logical_id}: importing {', '.join(modules)} took over {CHECK_TIMEOUT:.0f}s; "
+            "a module does work at import time that it should do in a step"
+        ) from exc
     reports = [line[len(CHECK_MARKER) :] for line in proc.stdout.splitlines() if line.startswith(CHECK_MARKER)]
     if not reports:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
