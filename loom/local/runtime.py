@@ -80,16 +80,26 @@ def use_package(task_root: str, runtime_dir: str) -> None:
     sys.path[:0] = [p for p in (task_root, runtime_dir) if p]
 
 
-def read_only_guard(root: str) -> Callable[[str, tuple[Any, ...]], None]:
-    """An audit hook that fails writes under ``root`` as a read-only mount does (EROFS).
+def read_only_roots(task_root: str, runtime_dir: str) -> list[str]:
+    """What Lambda mounts read-only and this process can see: the task root, the runtime
+    (its links resolved: they point into the venv) and the standard library."""
+    roots = [task_root, runtime_dir, os.path.dirname(os.__file__)]
+    if runtime_dir and os.path.isdir(runtime_dir):
+        roots.extend(os.path.join(runtime_dir, entry) for entry in os.listdir(runtime_dir))
+    return sorted({os.path.realpath(r) for r in roots if r})
+
+
+def read_only_guard(roots: list[str]) -> Callable[[str, tuple[Any, ...]], None]:
+    """An audit hook that fails writes under ``roots`` as a read-only mount does (EROFS).
 
     The task root of a Lambda is a read-only file system. Locally we run as
     whoever started the stack (often root, whom file modes do not stop), and a
     mount namespace needs privileges a laptop may not grant, so the interpreter
     itself refuses: every ``open`` with a write flag and every call that
-    changes the file system under the root raises ``OSError(EROFS)``.
+    changes the file system under a root raises ``OSError(EROFS)``.
     """
-    root = os.path.realpath(root)
+    prefixes = tuple(r.rstrip(os.sep) + os.sep for r in roots)
+    exact = frozenset(roots)
 
     def under_root(path: Any) -> bool:
         if isinstance(path, int) or path is None:
@@ -98,7 +108,7 @@ def read_only_guard(root: str) -> Callable[[str, tuple[Any, ...]], None]:
             real = os.path.realpath(os.fsdecode(path))
         except (TypeError, ValueError):
             return False
-        return real == root or real.startswith(root + os.sep)
+        return real in exact or real.startswith(prefixes)
 
     def refuse(path: Any, other: Any = None) -> None:
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path), None, other)
@@ -222,9 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-imports", default=None, help="comma-separated modules to import, then exit")
     args = parser.parse_args(argv)
     task_root = os.environ.get("LAMBDA_TASK_ROOT", "")
-    use_package(task_root, os.environ.get("LAMBDA_RUNTIME_DIR", ""))
+    runtime_dir = os.environ.get("LAMBDA_RUNTIME_DIR", "")
+    use_package(task_root, runtime_dir)
     if task_root:
-        sys.addaudithook(read_only_guard(task_root))
+        sys.addaudithook(read_only_guard(read_only_roots(task_root, runtime_dir)))
     if args.check_imports is not None:
         return check_imports([m.strip() for m in args.check_imports.split(",") if m.strip()])
     if not args.handler or args.reply_fd is None:

@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+import botocore
+
 IMPORTED_AT = time.time()  # a warm process keeps this between invocations
 
 
@@ -53,6 +55,9 @@ def probe(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return {"importable": found, "sys_path": sys.path, "cwd": os.getcwd(), "task_root": os.environ["LAMBDA_TASK_ROOT"]}
 
 
+PROBE = "loom-read-only-probe.txt"  # never left behind: the test removes it if a write got through
+
+
 def writes(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Each write the handler tries, and the error it met (None: it worked)."""
     root = os.environ["LAMBDA_TASK_ROOT"]
@@ -64,6 +69,8 @@ def writes(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "mkdir": lambda: os.mkdir(os.path.join(root, "newdir")),
         "remove": lambda: os.remove(here),
         "rename": lambda: os.rename(here, os.path.join(root, "moved.py")),
+        "runtime": lambda: open(os.path.join(os.path.dirname(botocore.__file__), PROBE), "w").close(),
+        "stdlib": lambda: open(os.path.join(os.path.dirname(os.__file__), PROBE), "w").close(),
         "tmp": lambda: open(os.path.join(event["tmp"], "ok.txt"), "w").close(),
         "read": lambda: open(here).close(),
     }

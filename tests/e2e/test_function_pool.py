@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import botocore
 import pytest
 
 from loom.local.package import FunctionPackage, build
@@ -209,15 +210,21 @@ def test_a_stray_import_fails_every_invocation_as_aws_does():
         pool.stop()
 
 
-def test_task_root_is_read_only_and_tmp_is_writable(tmp_path: Path):
+def test_task_root_runtime_and_stdlib_are_read_only_and_tmp_is_writable(tmp_path: Path):
     pool = _pool("writes")
     root = str(_built().task_root)
     here = f"{root}/tests/e2e/fake_handlers.py"
+    probes = [
+        Path(botocore.__file__).parent / "loom-read-only-probe.txt",
+        Path(os.__file__).parent / "loom-read-only-probe.txt",
+    ]
     try:
         inv = pool.invoke({"tmp": str(tmp_path)})
         assert inv.outcome == "ok", inv.error
         erofs = "OSError: [Errno 30] Read-only file system: "
         assert inv.result == {
+            "runtime": f"{erofs}'{_built().runtime_dir}/botocore/loom-read-only-probe.txt'",
+            "stdlib": f"{erofs}'{probes[1]}'",
             "create": f"{erofs}'{root}/new.txt'",
             "append": f"{erofs}'{here}'",
             "os_open": f"{erofs}'{root}/raw.txt'",
@@ -236,6 +243,8 @@ def test_task_root_is_read_only_and_tmp_is_writable(tmp_path: Path):
         assert uncaught.error["errorMessage"] == f"[Errno 30] Read-only file system: '{root}/uncaught.txt'"
     finally:
         pool.stop()
+        for probe in probes:
+            probe.unlink(missing_ok=True)
 
 
 def test_invocation_past_memory_size_is_killed_as_out_of_memory():
