@@ -78,6 +78,13 @@ class LambdaContext:
 def use_package(task_root: str, runtime_dir: str) -> None:
     """sys.path as Lambda's python3.12 has it: the task root first, then the runtime's libraries."""
     sys.path[:0] = [p for p in (task_root, runtime_dir) if p]
+    # -S kept the venv's site-packages out, and with them the builtins site adds (exit, quit,
+    # help), which Lambda's interpreter has. Importing site under -S does not touch sys.path.
+    import site
+
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
 
 
 def read_only_roots(task_root: str, runtime_dir: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import os
 import sys
@@ -52,7 +53,13 @@ def probe(event: dict[str, Any], context: Any) -> dict[str, Any]:
             found[name] = True
         except ImportError:
             found[name] = False
-    return {"importable": found, "sys_path": sys.path, "cwd": os.getcwd(), "task_root": os.environ["LAMBDA_TASK_ROOT"]}
+    return {
+        "importable": found,
+        "sys_path": sys.path,
+        "cwd": os.getcwd(),
+        "task_root": os.environ["LAMBDA_TASK_ROOT"],
+        "site_builtins": all(callable(getattr(builtins, n, None)) for n in ("exit", "quit", "help")),
+    }
 
 
 PROBE = "loom-read-only-probe.txt"  # never left behind: the test removes it if a write got through

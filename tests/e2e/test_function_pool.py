@@ -189,6 +189,7 @@ def test_function_sees_its_package_and_the_runtimes_boto3_only():
         assert inv.result["cwd"] == inv.result["task_root"] == str(package.task_root)
         assert inv.result["sys_path"][:2] == [str(package.task_root), str(package.runtime_dir)]
         assert not any("site-packages" in p for p in inv.result["sys_path"])
+        assert inv.result["site_builtins"]  # exit, quit, help: Lambda's interpreter runs site
     finally:
         pool.stop()
 
