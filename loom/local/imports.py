@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from loom.local.package import FunctionPackage, PackageError
@@ -25,10 +26,38 @@ class ImportCheckFailed(PackageError):
     """A handler or workflow module does not import from the functions' package."""
 
 
-def modules_to_check(handler: str, env: Mapping[str, str]) -> list[str]:
-    """The handler's module, then LOOM_WORKFLOW_MODULES as functions/settings.py reads it."""
-    workflows = [m.strip() for m in env.get("LOOM_WORKFLOW_MODULES", "workflows").split(",") if m.strip()]
-    return [handler.rpartition(".")[0], *workflows]
+@dataclass(frozen=True)
+class FunctionImports:
+    """One function's import check: its handler, in its environment."""
+
+    logical_id: str
+    handler: str
+    env: Mapping[str, str]
+
+    @property
+    def handler_module(self) -> str:
+        return self.handler.rpartition(".")[0]
+
+    @property
+    def workflow_modules(self) -> tuple[str, ...]:
+        """LOOM_WORKFLOW_MODULES as functions/settings.py reads it."""
+        raw = self.env.get("LOOM_WORKFLOW_MODULES", "workflows")
+        return tuple(m.strip() for m in raw.split(",") if m.strip())
+
+
+def group_checks(functions: Sequence[FunctionImports]) -> list[list[FunctionImports]]:
+    """Functions that load the same workflow modules share one check process (the template's
+    three do: WorkflowModules is a Global), so `loom up` pays for one interpreter, not three."""
+    groups: dict[tuple[str, ...], list[FunctionImports]] = {}
+    for fn in functions:
+        groups.setdefault(fn.workflow_modules, []).append(fn)
+    return list(groups.values())
+
+
+def modules_of(group: Sequence[FunctionImports]) -> list[str]:
+    """Every handler's module, then the shared workflow modules, each once."""
+    ordered = [fn.handler_module for fn in group] + list(group[0].workflow_modules)
+    return list(dict.fromkeys(ordered))
 
 
 def fix_for(report: Mapping[str, Any], sources: tuple[str, ...]) -> str:
@@ -59,12 +88,14 @@ def describe(logical_id: str, handler_module: str, report: Mapping[str, Any], so
     )
 
 
-def check_function_imports(package: FunctionPackage, logical_id: str, handler: str, env: Mapping[str, str]) -> None:
-    modules = modules_to_check(handler, env)
+def check_group(package: FunctionPackage, group: Sequence[FunctionImports]) -> None:
+    """Import the group's modules in the package, as its functions would; raise on the first failure."""
+    modules = modules_of(group)
+    first = group[0]
     try:
         proc = subprocess.run(
             runtime_command(package, "--check-imports", ",".join(modules)),
-            env=package_env(env, package),
+            env=package_env(first.env, package),
             cwd=str(package.task_root),
             capture_output=True,
             text=True,
@@ -73,13 +104,14 @@ def check_function_imports(package: FunctionPackage, logical_id: str, handler: s
         )
     except subprocess.TimeoutExpired as exc:
         raise ImportCheckFailed(
-            f"{logical_id}: importing {', '.join(modules)} took over {CHECK_TIMEOUT:.0f}s; "
+            f"{first.logical_id}: importing {', '.join(modules)} took over {CHECK_TIMEOUT:.0f}s; "
             "a module does work at import time that it should do in a step"
         ) from exc
     reports = [line[len(CHECK_MARKER) :] for line in proc.stdout.splitlines() if line.startswith(CHECK_MARKER)]
     if not reports:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ImportCheckFailed(f"{logical_id}: the import check exited with status {proc.returncode}: {last}")
+        raise ImportCheckFailed(f"{first.logical_id}: the import check exited with status {proc.returncode}: {last}")
     report = json.loads(reports[-1])
     if report.get("module") is not None:
-        raise ImportCheckFailed(describe(logical_id, modules[0], report, package.sources))
+        culprit = next((fn for fn in group if fn.handler_module == report["module"]), first)
+        raise ImportCheckFailed(describe(culprit.logical_id, culprit.handler_module, report, package.sources))

@@ -34,7 +34,7 @@ from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmula
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
 from loom.local.http import FunctionUrlServer
-from loom.local.imports import check_function_imports
+from loom.local.imports import FunctionImports, check_group, group_checks
 from loom.local.package import FunctionPackage
 from loom.local.package import build as build_package
 from loom.local.pool import FunctionPool, Invocation, output_file
@@ -265,13 +265,12 @@ class LocalStack:
         """Every handler and workflow module imports from the package, or the stack does not come up."""
         package = self.package
         assert package is not None
-
-        def check(logical_id: str) -> None:
-            spec = self._function_spec(logical_id)
-            check_function_imports(package, logical_id, spec.handler, self._preflight_env(logical_id))
-
-        with ThreadPoolExecutor(max_workers=max(1, len(self._roles))) as ex:
-            list(ex.map(check, self._roles))
+        functions = [
+            FunctionImports(lid, self._function_spec(lid).handler, self._preflight_env(lid)) for lid in self._roles
+        ]
+        groups = group_checks(functions)
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as ex:
+            list(ex.map(lambda group: check_group(package, group), groups))
 
     def _preflight_env(self, logical_id: str) -> dict[str, str]:
         """The function's environment as far as it is known before any resource exists.

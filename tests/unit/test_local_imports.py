@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loom.local.imports import describe, modules_to_check
+from loom.local.imports import FunctionImports, describe, group_checks, modules_of
 
 SOURCES = ("engine", "functions", "workflows")
 
@@ -11,10 +11,17 @@ def _report(module: str, missing: str | None, kind: str = "Runtime.ImportModuleE
     return {"module": module, "missing": missing, "errorType": kind, "errorMessage": msg}
 
 
-def test_modules_checked_are_the_handlers_and_loom_workflow_modules_as_settings_reads_them():
-    assert modules_to_check("functions.worker.handler", {}) == ["functions.worker", "workflows"]
-    env = {"LOOM_WORKFLOW_MODULES": " workflows, myapp.flows ,"}
-    assert modules_to_check("functions.api.handler", env) == ["functions.api", "workflows", "myapp.flows"]
+def test_the_template_s_functions_share_one_check_of_their_handlers_and_workflow_modules():
+    shared = {"LOOM_WORKFLOW_MODULES": " workflows, myapp.flows ,"}
+    functions = [
+        FunctionImports("WorkerFunction", "functions.worker.handler", shared),
+        FunctionImports("SweeperFunction", "functions.sweeper.handler", shared),
+        FunctionImports("Other", "functions.api.handler", {}),
+    ]
+    groups = group_checks(functions)
+    assert [[fn.logical_id for fn in g] for g in groups] == [["WorkerFunction", "SweeperFunction"], ["Other"]]
+    assert modules_of(groups[0]) == ["functions.worker", "functions.sweeper", "workflows", "myapp.flows"]
+    assert modules_of(groups[1]) == ["functions.api", "workflows"]  # the default, as functions/settings.py
 
 
 def test_a_module_whose_own_package_is_missing_is_told_to_join_sources():
