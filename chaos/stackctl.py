@@ -41,6 +41,7 @@ def chaos_stack(
     seed: int = 0,
 ) -> Iterator[Target]:
     """A LocalStack of its own with the crash hook on and the throttling proxy in front of the emulator."""
+    from loom.local.package import makefile_sources
     from loom.local.stack import LocalStack, StackOptions
 
     with contextlib.ExitStack() as stack_ctx:
@@ -58,6 +59,8 @@ def chaos_stack(
             state_dir=state_dir,
             env=env,
             function_env={"WorkerFunction": {"LOOM_CHAOS_CRASH_AFTER_CHECKPOINT": "on"}},
+            # The functions load chaos.workflows: package it, as `SOURCES='... chaos' sam build` does.
+            sources=(*makefile_sources(), "chaos"),
             timeouts={"WorkerFunction": WORKER_TIMEOUT},
             queue_visibility_timeout=QUEUE_VISIBILITY,
             log_file=state_dir / "stack.log",

@@ -115,6 +115,9 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     out.write(f"  step queue:                  {info.get('queue_url')}\n")
     out.write(f"  dead-letter queue:           {info.get('dlq_url')}\n")
     out.write(f"  worker pids:                 {info.get('worker_pids')}\n")
+    package = info.get("package") or {}
+    if package:
+        out.write(f"  function package (SOURCES):  {' '.join(package.get('sources', []))}\n")
     out.write(f"  stack file:                  {stackfile.path()}\n")
     out.flush()
 
@@ -176,6 +179,7 @@ def _options(args: argparse.Namespace) -> Any:
 def _up_foreground(args: argparse.Namespace) -> int:
     from engine.log import configure
     from loom.local.emulator import EmulatorError
+    from loom.local.package import PackageError
     from loom.local.stack import LocalStack
 
     configure(args.log_level)
@@ -189,7 +193,7 @@ def _up_foreground(args: argparse.Namespace) -> int:
     stack = LocalStack(_options(args))
     try:
         stack.start()
-    except (EmulatorError, OSError, KeyError, ValueError) as exc:
+    except (EmulatorError, PackageError, OSError, KeyError, ValueError) as exc:
         error(f"the stack did not start: {exc}")
         return 1
     try:
@@ -220,8 +224,13 @@ def _up_detached(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + DETACH_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            tail = _tail(log_path)
+            said = [line for line in tail.splitlines() if line.startswith("loom: error:")]
+            if said:  # the supervisor explained itself: that line, not the whole log
+                sys.stderr.write("\n".join(said[-1:]) + "\n")
+                return 1
             error(f"the stack exited with status {proc.returncode}; last lines of {log_path}:")
-            sys.stderr.write(_tail(log_path))
+            sys.stderr.write(tail)
             return 1
         info = stackfile.read(state)
         if info and info.get("supervisor_pid") == proc.pid and _answers(info.get("control_plane_url")):

@@ -1,9 +1,12 @@
 """A small pool of warm function processes: Lambda concurrency, locally.
 
-Each process imports its handler once and serves invocations one at a time.
-An invocation that runs past the function's Timeout is SIGKILLed, as Lambda
-does; a process that dies (killed, ``os._exit``, crashed interpreter) is
-replaced. Every invocation becomes an :class:`Invocation` record.
+Each process runs the local bootstrap from the function's package (see
+:mod:`loom.local.package`): it sees only the task root and the runtime's
+boto3, imports its handler once and serves invocations one at a time. An
+invocation that runs past the function's Timeout is SIGKILLed, as Lambda does;
+so is one whose process passes the function's MemorySize. A process that dies
+(killed, ``os._exit``, crashed interpreter) is replaced. Every invocation
+becomes an :class:`Invocation` record.
 """
 
 from __future__ import annotations
@@ -25,9 +28,51 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from loom.template import ROOT
+from loom.local.package import FunctionPackage
 
 STARTUP_TIMEOUT = 60.0
+MEMORY_POLL_SECONDS = 0.05  # how often a running invocation's peak memory is read
+
+
+def runtime_command(package: FunctionPackage, *args: str) -> list[str]:
+    """The bootstrap under this interpreter, isolated (-I: no PYTHON* variables, no cwd or user site;
+    -S: no site-packages), unbuffered and without bytecode writes (the task root is read-only)."""
+    return [sys.executable, "-I", "-S", "-B", "-u", str(package.bootstrap), *args]
+
+
+def package_env(env: Mapping[str, str], package: FunctionPackage) -> dict[str, str]:
+    out = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    out["LAMBDA_TASK_ROOT"] = str(package.task_root)
+    out["LAMBDA_RUNTIME_DIR"] = str(package.runtime_dir)
+    return out
+
+
+def peak_memory_mb(pid: int) -> float | None:
+    """The process's peak resident memory (VmHWM) in MB, or None where /proc cannot say.
+
+    The peak, not the current size: an allocation freed between two polls still
+    counts, as it would have hit Lambda's cgroup limit when it happened.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def over_memory(peak_mb: float | None, limit_mb: int) -> bool:
+    return peak_mb is not None and peak_mb > limit_mb
+
+
+def out_of_memory_error(request_id: str) -> dict[str, Any]:
+    # Lambda's report when the sandbox passes MemorySize (older runtimes said Runtime.ExitError).
+    return {
+        "errorType": "Runtime.OutOfMemory",
+        "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: signal: killed",
+    }
 
 
 class PoolClosed(Exception):
@@ -41,7 +86,7 @@ class Invocation:
     pid: int
     started_at: float
     duration_ms: float
-    outcome: str  # ok | error | crash | timeout
+    outcome: str  # ok | error | crash | timeout | oom
     result: Any = None
     error: dict[str, Any] | None = None
 
@@ -55,16 +100,22 @@ class Runtime:
     """One function process and its pipes."""
 
     def __init__(
-        self, *, function: str, handler: str, memory: int, env: Mapping[str, str], output: IO[Any] | None
+        self,
+        *,
+        function: str,
+        handler: str,
+        memory: int,
+        env: Mapping[str, str],
+        package: FunctionPackage,
+        output: IO[Any] | None,
     ) -> None:
         self.function = function
+        self.eof = False
         read_fd, write_fd = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "loom.local.runtime",
+                runtime_command(
+                    package,
                     "--handler",
                     handler,
                     "--function-name",
@@ -73,12 +124,12 @@ class Runtime:
                     str(memory),
                     "--reply-fd",
                     str(write_fd),
-                ],
+                ),
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=output,
-                env=dict(env),
-                cwd=str(ROOT),
+                env=package_env(env, package),
+                cwd=str(package.task_root),
                 pass_fds=(write_fd,),
                 text=True,
                 # Its own process group: a Ctrl-C in the terminal reaches the supervisor only,
@@ -110,8 +161,10 @@ class Runtime:
                     return None
                 chunk = os.read(self._reply_fd, 65536)
             except (OSError, ValueError):  # closed under us: the pool is stopping
+                self.eof = True
                 return None
             if not chunk:
+                self.eof = True
                 return None
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -171,6 +224,7 @@ class FunctionPool:
         env: Mapping[str, str],
         timeout: float,
         size: int = 1,
+        package: FunctionPackage,
         memory: int = 128,
         output: IO[Any] | None = None,
         on_invocation: Callable[[Invocation], None] | None = None,
@@ -185,6 +239,7 @@ class FunctionPool:
         self.timeout = float(timeout)
         self.size = size
         self.memory = memory
+        self.package = package
         self._output = output
         self._on_invocation = on_invocation
         self._on_change = on_change
@@ -241,8 +296,10 @@ class FunctionPool:
         outcome, result, error = "crash", None, None
         healthy = False
         if rt.send({"id": request_id, "event": event, "timeout_ms": timeout_ms}):
-            reply = rt.read_line(t0 + self.timeout)
-            if reply is not None and reply.get("id") == request_id:
+            reply, oom = self._await_reply(rt, t0 + self.timeout)
+            if oom:
+                outcome, error = "oom", out_of_memory_error(request_id)
+            elif reply is not None and reply.get("id") == request_id:
                 healthy = True
                 if reply.get("error") is not None:
                     outcome, error = "error", reply["error"]
@@ -279,11 +336,39 @@ class FunctionPool:
             self._on_invocation(inv)
         return inv
 
+    def _await_reply(self, rt: Runtime, deadline: float) -> tuple[dict[str, Any] | None, bool]:
+        """The reply (None on timeout or death), and whether the process passed MemorySize first.
+
+        The peak is read while waiting and once more after the reply: an answer
+        from a process that went over the limit is never delivered, as Lambda's
+        sandbox would have been killed before it could send it.
+        """
+        reply = None
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            reply = rt.read_line(min(deadline, now + MEMORY_POLL_SECONDS))
+            if reply is not None or rt.eof:
+                break
+            if over_memory(peak_memory_mb(rt.pid), self.memory):
+                rt.kill()
+                return None, True
+        if over_memory(peak_memory_mb(rt.pid), self.memory):
+            rt.kill()
+            return None, True
+        return reply, False
+
     # ------------------------------------------------------------ internals
 
     def _spawn(self) -> Runtime:
         return Runtime(
-            function=self.function, handler=self.handler, memory=self.memory, env=self.env, output=self._output
+            function=self.function,
+            handler=self.handler,
+            memory=self.memory,
+            env=self.env,
+            package=self.package,
+            output=self._output,
         )
 
     def _register(self, rt: Runtime) -> None:

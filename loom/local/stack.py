@@ -34,8 +34,11 @@ from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmula
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
 from loom.local.http import FunctionUrlServer
+from loom.local.imports import FunctionImports, check_group, group_checks
+from loom.local.package import FunctionPackage
+from loom.local.package import build as build_package
 from loom.local.pool import FunctionPool, Invocation, output_file
-from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
+from loom.template import TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 
 DEFAULT_PORT = 5230  # not LocalStack's 4566: both can run side by side
@@ -77,6 +80,8 @@ class StackOptions:
     log_file: Path | None = None  # where function and emulator output goes; None = inherit stdout
     write_stack_file: bool = True
     sweeper: bool = True  # run the sweeper on its schedule (tick_sweeper() works either way)
+    # What the functions' package holds, as the Makefile's SOURCES (None: $SOURCES, else the Makefile's).
+    sources: tuple[str, ...] | None = None
 
 
 class _EndpointSession:
@@ -99,11 +104,9 @@ class _EndpointSession:
 
 def _base_env() -> dict[str, str]:
     # A Lambda's environment is not the developer's shell: only what a process needs to start.
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "COVERAGE_PROCESS_START")
+    # The interpreter runs isolated (-I -S): PYTHON* variables would be ignored, sys.path is the package's.
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONPATH"] = str(ROOT)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TZ"] = "UTC"
     return env
 
@@ -120,6 +123,7 @@ class LocalStack:
         self.clock_offset_file = self.state_dir / offset_clock.FILENAME
         self.refs: dict[str, Any] = {}
         self.pools: dict[str, FunctionPool] = {}
+        self.package: FunctionPackage | None = None
         self.api_url: str | None = None
         self.endpoint_url: str | None = None
         self.started_at: float | None = None
@@ -158,6 +162,9 @@ class LocalStack:
         opts = self.options
         self.state_dir.mkdir(parents=True, exist_ok=True)
         offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
+        self.package = build_package(self.state_dir, opts.sources)
+        self._assign_roles()
+        self._check_imports()  # before anything starts: a module that cannot load stops `up` here
         if opts.log_file is not None:
             self._output = output_file(Path(opts.log_file))
         emulator_log = self._output or output_file(self.state_dir / "emulator.log")
@@ -215,8 +222,7 @@ class LocalStack:
     def _function_spec(self, logical_id: str) -> FunctionSpec:
         return self.template.functions()[logical_id]
 
-    def _plan_functions(self) -> None:
-        opts = self.options
+    def _assign_roles(self) -> None:
         for logical_id, spec in self.template.functions().items():
             props = self.template.resources[logical_id].get("Properties", {})
             kinds = {e.get("Type") for e in spec.events.values()}
@@ -226,8 +232,12 @@ class LocalStack:
                 self._roles[logical_id] = "sweeper"
             elif "FunctionUrlConfig" in props:
                 self._roles[logical_id] = "api"
-            else:
-                continue
+
+    def _plan_functions(self) -> None:
+        opts = self.options
+        for logical_id in self._roles:
+            spec = self._function_spec(logical_id)
+            props = self.template.resources[logical_id].get("Properties", {})
             name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
             env = _base_env()
             env.update(function_environment(spec, self.refs, self.template))
@@ -241,7 +251,6 @@ class LocalStack:
                     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
                     "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{name}",
                     "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
-                    "LAMBDA_TASK_ROOT": str(ROOT),
                 }
             )
             if self._roles[logical_id] == "worker" and opts.queue_visibility_timeout is not None:
@@ -251,6 +260,34 @@ class LocalStack:
             env.update(opts.env)
             env.update(opts.function_env.get(logical_id, {}))
             self._envs[logical_id] = env
+
+    def _check_imports(self) -> None:
+        """Every handler and workflow module imports from the package, or the stack does not come up."""
+        package = self.package
+        assert package is not None
+        functions = [
+            FunctionImports(lid, self._function_spec(lid).handler, self._preflight_env(lid)) for lid in self._roles
+        ]
+        groups = group_checks(functions)
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as ex:
+            list(ex.map(lambda group: check_group(package, group), groups))
+
+    def _preflight_env(self, logical_id: str) -> dict[str, str]:
+        """The function's environment as far as it is known before any resource exists.
+
+        Variables that name a resource (a table, a queue) are left out: importing a module must not
+        need them, and LOOM_WORKFLOW_MODULES, the one the check reads, is a parameter.
+        """
+        opts = self.options
+        refs = {**self.template.parameter_defaults(), **opts.parameters}
+        env = _base_env()
+        for name, value in self._function_spec(logical_id).environment.items():
+            with contextlib.suppress(KeyError, ValueError):
+                env[name] = str(self.template.resolve(value, refs))
+        env.update(fake_credentials(opts.region))
+        env.update(opts.env)
+        env.update(opts.function_env.get(logical_id, {}))
+        return env
 
     def _queue_of(self, event_props: Mapping[str, Any]) -> str:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
@@ -282,6 +319,8 @@ class LocalStack:
 
     def _start_pools(self) -> None:
         sizes = {"worker": self.options.workers, "sweeper": 1, "api": self.options.api_workers}
+        package = self.package
+        assert package is not None  # built first, in _start
         for logical_id, role in self._roles.items():
             spec = self._function_spec(logical_id)
             self.pools[logical_id] = FunctionPool(
@@ -291,6 +330,7 @@ class LocalStack:
                 timeout=self._timeout(logical_id),
                 size=max(1, sizes[role]),
                 memory=spec.memory,
+                package=package,
                 output=self._output,
                 on_invocation=self._logged,
                 on_change=self._pool_changed,
@@ -404,6 +444,13 @@ class LocalStack:
             "sweeper_tick_seconds": self._tick_seconds,
             "refs": {k: v for k, v in self.refs.items() if isinstance(v, (str, int, float))},
             "python": sys.executable,
+            "package": None
+            if self.package is None
+            else {
+                "sources": list(self.package.sources),
+                "task_root": str(self.package.task_root),
+                "runtime_dir": str(self.package.runtime_dir),
+            },
         }
 
     def write_stack_file(self) -> None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
+import importlib
 import os
+import sys
 import time
 from typing import Any
+
+import botocore
 
 IMPORTED_AT = time.time()  # a warm process keeps this between invocations
 
@@ -37,3 +42,63 @@ def fails(event: Any, context: Any) -> None:
 
 def unserializable(event: Any, context: Any) -> Any:
     return {"when": object()}
+
+
+def probe(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """What the process can import and where it runs: the deployment package, or the dev venv."""
+    found = {}
+    for name in event["modules"]:
+        try:
+            importlib.import_module(name)
+            found[name] = True
+        except ImportError:
+            found[name] = False
+    return {
+        "importable": found,
+        "sys_path": sys.path,
+        "cwd": os.getcwd(),
+        "task_root": os.environ["LAMBDA_TASK_ROOT"],
+        "site_builtins": all(callable(getattr(builtins, n, None)) for n in ("exit", "quit", "help")),
+    }
+
+
+PROBE = "loom-read-only-probe.txt"  # never left behind: the test removes it if a write got through
+
+
+def writes(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Each write the handler tries, and the error it met (None: it worked)."""
+    root = os.environ["LAMBDA_TASK_ROOT"]
+    here = os.path.join(root, "tests", "e2e", "fake_handlers.py")
+    attempts = {
+        "create": lambda: open(os.path.join(root, "new.txt"), "w").close(),
+        "append": lambda: open(here, "a").close(),
+        "os_open": lambda: os.close(os.open(os.path.join(root, "raw.txt"), os.O_WRONLY | os.O_CREAT)),
+        "mkdir": lambda: os.mkdir(os.path.join(root, "newdir")),
+        "remove": lambda: os.remove(here),
+        "rename": lambda: os.rename(here, os.path.join(root, "moved.py")),
+        "runtime": lambda: open(os.path.join(os.path.dirname(botocore.__file__), PROBE), "w").close(),
+        "stdlib": lambda: open(os.path.join(os.path.dirname(os.__file__), PROBE), "w").close(),
+        "tmp": lambda: open(os.path.join(event["tmp"], "ok.txt"), "w").close(),
+        "read": lambda: open(here).close(),
+    }
+    out: dict[str, Any] = {}
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            out[name] = None
+        except OSError as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+    if event.get("raise"):
+        open(os.path.join(root, "uncaught.txt"), "w")  # noqa: SIM115 - the error is the point
+    return out
+
+
+_HOARD: list[bytes] = []
+
+
+def hog(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Touch ``mb`` megabytes (b"x" * n writes every page, so they are resident)."""
+    blob = b"x" * (int(event["mb"]) << 20)
+    if event.get("keep"):
+        _HOARD.append(blob)
+    return {"bytes": len(blob)}

@@ -18,9 +18,15 @@ LOOM = [sys.executable, "-m", "loom"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def loom(state_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LOOM_STATE_DIR": str(state_dir)}
-    return subprocess.run([*LOOM, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+def loom(
+    state_dir: Path,
+    *args: str,
+    timeout: float = 180,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOOM_STATE_DIR": str(state_dir), **(env or {})}
+    return subprocess.run([*LOOM, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def stack_info(state_dir: Path) -> dict[str, Any] | None:

@@ -81,6 +81,24 @@ def test_stack_file_describes_the_running_stack(stack):
     assert set(stack["function_pids"]) == {"WorkerFunction", "SweeperFunction", "ControlPlaneFunction"}
 
 
+def test_every_function_runs_from_the_built_package_not_the_venv(stack):
+    package = stack["package"]
+    task_root = Path(package["task_root"])
+    assert package["sources"] == ["engine", "functions", "workflows"]  # the Makefile's SOURCES
+    tops = sorted(p.name for p in task_root.iterdir() if not p.name.startswith("structlog"))
+    assert tops == ["engine", "functions", "workflows"]
+    for pids in stack["function_pids"].values():
+        for pid in pids:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert [a.decode() for a in argv[1:6]] == ["-I", "-S", "-B", "-u", f"{package['runtime_dir']}/bootstrap.py"]
+            assert os.readlink(f"/proc/{pid}/cwd") == str(task_root)
+            environ = dict(
+                item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item
+            )
+            assert environ["LAMBDA_TASK_ROOT"] == str(task_root)
+            assert "PYTHONPATH" not in environ
+
+
 def test_a_second_up_in_the_same_state_dir_is_refused(stack):
     done = loom(stack["state_dir"], "up", "--detach", "--port", "0", "--api-port", "0")
     assert done.returncode == 1
