@@ -232,7 +232,9 @@ class FunctionPool:
 
     # ------------------------------------------------------------ invoke
 
-    def invoke(self, event: Any, *, request_id: str | None = None, wait: float | None = None) -> Invocation:
+    def invoke(
+        self, event: Any, *, request_id: str | None = None, wait: float | None = None, trace_id: str | None = None
+    ) -> Invocation:
         request_id = request_id or str(uuid.uuid4())
         rt = self._acquire(wait)
         started = time.time()
@@ -240,7 +242,8 @@ class FunctionPool:
         timeout_ms = int(self.timeout * 1000)
         outcome, result, error = "crash", None, None
         healthy = False
-        if rt.send({"id": request_id, "event": event, "timeout_ms": timeout_ms}):
+        request = {"id": request_id, "event": event, "timeout_ms": timeout_ms, "trace_id": trace_id}
+        if rt.send(request):
             reply = rt.read_line(t0 + self.timeout)
             if reply is not None and reply.get("id") == request_id:
                 healthy = True

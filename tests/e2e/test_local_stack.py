@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.client import ok
+from loom.local.client import LocalApi, ok
 from tests.e2e.support import (
     alive,
     all_pids,
@@ -63,7 +63,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     state_dir = tmp_path_factory.mktemp("stack")
     info = up(state_dir, "--timeout", f"WorkerFunction={WORKER_TIMEOUT}")
     try:
-        yield {**info, "state_dir": state_dir, "api": info["control_plane_url"]}
+        yield {**info, "state_dir": state_dir, "api": LocalApi.from_info(info)}
     finally:
         down(state_dir, info)
 
