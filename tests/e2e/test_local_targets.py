@@ -15,9 +15,10 @@ import yaml
 from botocore.stub import Stubber
 
 from loom.local.aws import StackNotReady, stack_info
-from loom.local.client import call, ok
+from loom.local.client import LocalApi, call, ok
 from loom.local.emulator import docker_available
 from loom.local.samlocal import env_vars
+from loom.local.sigv4 import new_principal
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import ROOT, loom, wait_for
 
@@ -90,10 +91,21 @@ def test_python_api_matches_the_template_and_drives_time(tmp_path: Path):
             actual = stack.function_env(function)
             assert {k: actual[k] for k in expected} == expected, function
             assert actual["LOOM_CLOCK_OFFSET_FILE"] == str(stack.clock_offset_file)
+            # Lambda's standard variables, as AWS sets them for the deployed function.
+            spec = stack.template.functions()[function]
+            assert actual["_HANDLER"] == spec.handler
+            assert actual["AWS_LAMBDA_INITIALIZATION_TYPE"] == "on-demand"
+            assert actual["AWS_LAMBDA_LOG_GROUP_NAME"] == f"/aws/lambda/{actual['AWS_LAMBDA_FUNCTION_NAME']}"
+        assert stack.function_env("ControlPlaneFunction")["AWS_LAMBDA_FUNCTION_NAME"] == "loom-dev-control-plane"
         assert stack.refs["Table"] == "loom-dev"
         assert stack.info["supervisor_pid"] == os.getpid()
         assert json.loads((tmp_path / "stack.json").read_text())["worker_pids"] == stack.worker_pids()
 
+        # The control plane is AWS_IAM: unsigned is refused, the stack's own principal is not.
+        assert (
+            call(LocalApi(stack.api.url, new_principal().credentials(), stack.api.region), "GET", "/workflows")[0]
+            == 403
+        )
         status, body = call(stack.api, "POST", "/executions", {"workflow": "order_fulfillment", "input": {}})
         assert status == 201, body
         ex_id = body["id"]
