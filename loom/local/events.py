@@ -188,7 +188,7 @@ def function_url_event(
     """A Function URL (payload format 2.0) event for one HTTP request.
 
     ``iam`` is ``requestContext.authorizer.iam`` from the verified signer (AuthType AWS_IAM);
-    without it (AuthType NONE) the event has no authorizer, as AWS sends it.
+    without it (AuthType NONE) ``authorizer`` is null, as AWS documents it.
     """
     headers: dict[str, str] = {}
     cookies: list[str] = []
@@ -211,7 +211,8 @@ def function_url_event(
     context: dict[str, Any] = {
         "accountId": ACCOUNT_ID if iam is None else str(iam.get("accountId") or ACCOUNT_ID),
         "apiId": url_id,
-        "authentication": None,  # only mutual TLS fills it; Function URLs have none
+        "authentication": None,  # Function URLs never fill it
+        "authorizer": None if iam is None else {"iam": dict(iam)},
         "domainName": req.host,
         "domainPrefix": req.host.split(".")[0].split(":")[0],
         "http": {
@@ -227,8 +228,6 @@ def function_url_event(
         "time": datetime.fromtimestamp(moment, tz=UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
         "timeEpoch": int(moment * 1000),
     }
-    if iam is not None:
-        context["authorizer"] = {"iam": dict(iam)}
     event: dict[str, Any] = {
         "version": "2.0",
         "routeKey": "$default",

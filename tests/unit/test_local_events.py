@@ -171,7 +171,7 @@ def test_http_request_becomes_function_url_v2_event():
 
 def test_auth_type_none_sends_no_authorizer_and_a_fresh_trace_id():
     event = function_url_event(HttpRequest("GET", "/workflows", "", [], b"", port=5231), now=1_700_000_000)
-    assert "authorizer" not in event["requestContext"]
+    assert event["requestContext"]["authorizer"] is None
     assert event["headers"]["x-forwarded-port"] == "5231"
     assert event["headers"]["x-amzn-trace-id"].startswith("Root=1-6553f100-")
 
