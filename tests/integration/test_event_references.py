@@ -10,6 +10,7 @@ the local server for a signed HTTP request.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from loom.local.sigv4 import new_principal
 pytestmark = pytest.mark.integration
 
 REGION = "us-east-1"
+EVENTS = Path(__file__).resolve().parents[2] / "events"
 # The nulls AWS itself sends (documented); any other null is a key AWS would leave out.
 AWS_NULLS = {"authentication", "cognitoIdentity", "principalOrgId"}
 
@@ -126,6 +128,27 @@ def test_the_function_url_request_parses_with_powertools(url_request):
     assert model.queryStringParameters == {"limit": "5", "tag": "a,b"}
     assert json.loads(model.body) == {"workflow": "pipeline"}
     assert nulls(url_request) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("sqs_step_batch.json", SqsModel),
+        ("schedule.json", EventBridgeModel),
+        ("url_get_execution.json", LambdaFunctionUrlModel),
+        ("url_list_executions.json", LambdaFunctionUrlModel),
+        ("url_start_execution.json", LambdaFunctionUrlModel),
+        ("url_start_execution_base64.json", LambdaFunctionUrlModel),
+    ],
+)
+def test_the_shipped_sam_local_invoke_events_parse_with_powertools(name, model):
+    event = json.loads((EVENTS / name).read_text())
+    parse(event=event, model=model)
+    assert nulls(event) == []
+    if model is LambdaFunctionUrlModel:
+        # What a Function URL sends: no API Gateway leftovers, the documented null.
+        assert "pathParameters" not in event and "stageVariables" not in event
+        assert event["requestContext"]["authentication"] is None
 
 
 # ------------------------------------------------------------------ SAM CLI's samples
