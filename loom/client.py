@@ -85,6 +85,9 @@ def resolve_target(url: str | None, region: str | None) -> Target:
     stack = stackfile.read()
     if not stack or not stack.get("control_plane_url"):
         raise ClientError(NO_STACK)
+    url = str(stack["control_plane_url"]).rstrip("/")
+    if stack.get("emulator") == "aws":  # `loom up --emulator aws`: the deployed URL, the default chain
+        return Target(url, signed=True, region=stack.get("region") or region_from_url(url))
     stored = stack.get("control_plane_credentials")
     if not stored:
         raise ClientError("the stack file has no control plane credentials: restart the stack with `loom up`")
@@ -92,9 +95,7 @@ def resolve_target(url: str | None, region: str | None) -> Target:
         creds = Credentials(str(stored["access_key_id"]), str(stored["secret_access_key"]))
     except (KeyError, TypeError):
         raise ClientError("the stack file's control plane credentials are unreadable: restart `loom up`") from None
-    return Target(
-        str(stack["control_plane_url"]).rstrip("/"), signed=True, region=stack.get("region"), credentials=creds
-    )
+    return Target(url, signed=True, region=stack.get("region"), credentials=creds)
 
 
 class ControlPlane:

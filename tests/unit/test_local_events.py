@@ -19,6 +19,7 @@ from loom.local.events import (
     scheduled_event,
     sqs_event,
 )
+from loom.local.http import FramingError, body_length
 
 pytestmark = pytest.mark.unit
 
@@ -264,3 +265,30 @@ def test_format_duration():
     assert format_duration(5400) == "1h30m"
     assert format_duration(0) == "0s"
     assert format_duration(86401) == "1d1s"
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "expected"),
+    [
+        ("GET", {}, 0),
+        ("DELETE", {}, 0),
+        ("POST", {"content-length": "0"}, 0),
+        ("POST", {"content-length": "12"}, 12),
+        ("PUT", {"content-length": "12, 12"}, 12),  # a repeated, identical header is one length
+        ("POST", {"content-length": str(6 * 1024 * 1024)}, 6 * 1024 * 1024),
+        ("POST", {}, 411),
+        ("PATCH", {}, 411),
+        ("POST", {"transfer-encoding": "chunked"}, 411),
+        ("POST", {"content-length": "twelve"}, 400),
+        ("POST", {"content-length": "-1"}, 400),
+        ("POST", {"content-length": "12, 13"}, 400),
+        ("POST", {"content-length": str(6 * 1024 * 1024 + 1)}, 413),
+    ],
+)
+def test_the_body_length_is_decided_from_the_headers(method, headers, expected):
+    if expected in (400, 411, 413):
+        with pytest.raises(FramingError) as refused:
+            body_length(method, headers)
+        assert refused.value.status == expected
+    else:
+        assert body_length(method, headers) == expected
