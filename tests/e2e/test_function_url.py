@@ -144,6 +144,19 @@ def test_a_signed_request_runs_with_the_signer_in_the_event(url):
     assert seen["env"]["_X_AMZN_TRACE_ID"].startswith(headers["x-amzn-trace-id"] + ";Parent=")
 
 
+def test_on_every_interface_the_control_plane_still_demands_a_signature(url):
+    public = FunctionUrlServer(url["pool"], UrlAuth.iam(REGION, url["principal"]), host="0.0.0.0").start()
+    try:
+        before = len(url["pool"].invocations)
+        status, _, body = send(urllib.request.Request(f"http://127.0.0.1:{public.port}/echo"))
+        assert status == 403 and json.loads(body)["Message"].startswith("Forbidden.")
+        assert len(url["pool"].invocations) == before
+        api = LocalApi(f"http://127.0.0.1:{public.port}", url["principal"].credentials(), REGION)
+        assert call(api, "GET", "/echo")[0] == 200
+    finally:
+        public.stop()
+
+
 def test_auth_type_none_is_refused_on_a_public_interface():
     pool: Any = type("P", (), {"function": "F"})()
     with pytest.raises(ValueError, match="AuthType NONE"):
