@@ -9,8 +9,18 @@ from typing import Any, TextIO
 import structlog
 
 _LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
-# Header names whose values are credentials: never written to a log, whatever logs them.
-SECRET_KEYS = frozenset({"authorization", "x-amz-security-token", "cookie", "cookies", "set-cookie"})
+# Keys whose values are credentials (request headers, a secret key): never written to a log.
+SECRET_KEYS = frozenset(
+    {
+        "authorization",
+        "x-amz-security-token",
+        "cookie",
+        "cookies",
+        "set-cookie",
+        "secret_access_key",
+        "aws_secret_access_key",
+    }
+)
 REDACTED = "[redacted]"
 
 
@@ -18,7 +28,7 @@ def redact(value: Any) -> Any:
     """``value`` with every secret header's value replaced, at any depth."""
     if isinstance(value, dict):
         return {k: REDACTED if str(k).lower() in SECRET_KEYS else redact(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):  # exactly: a named tuple is data, not a container of headers
         return type(value)(redact(v) for v in value)
     return value
 
