@@ -28,6 +28,8 @@ class HttpContext(TypedDict, total=False):
 class RequestContext(TypedDict, total=False):
     accountId: str
     apiId: str
+    authentication: None  # Function URLs always send null
+    authorizer: dict[str, Any] | None  # {"iam": {...the signer...}} under AuthType AWS_IAM
     domainName: str
     domainPrefix: str
     http: HttpContext
