@@ -13,8 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -59,6 +57,7 @@ class Target:
     queue_url: str
     dlq_url: str
     api_url: str | None = None
+    api_credentials: Any = None  # botocore Credentials the local control plane accepts (SigV4)
     stack: Any = None  # a loom.local.stack.LocalStack when the kit drives one
     clock_offset_file: Path | None = None
     proxy: Any = None  # chaos.throttle.ThrottleProxy when the functions talk through it
@@ -95,6 +94,7 @@ class Target:
             queue_url=refs.get("StepQueue") or info["queue_url"],
             dlq_url=refs.get("DeadLetterQueue") or info["dlq_url"],
             api_url=getattr(stack, "api_url", None) or info.get("control_plane_url"),
+            api_credentials=stack.principal.credentials() if hasattr(stack, "principal") else None,
             stack=stack,
             clock_offset_file=Path(offset) if offset else None,
             proxy=proxy,
@@ -114,6 +114,11 @@ class Target:
             CHAOS_WORKFLOWS: "the running stack may not load chaos.workflows",
         }
         offset = info.get("clock_offset_file")
+        from loom.local.sigv4 import Principal
+
+        # Without the stack's credentials the control plane answers 403: use the engine API.
+        stored = info.get("control_plane_credentials")
+        creds = Principal.from_json(stored) if stored else None
         return cls(
             kind=kind,
             region=info.get("region") or "us-east-1",
@@ -121,7 +126,8 @@ class Target:
             table=info["table"],
             queue_url=info["queue_url"],
             dlq_url=info["dlq_url"],
-            api_url=info.get("control_plane_url"),
+            api_url=info.get("control_plane_url") if creds else None,
+            api_credentials=creds.credentials() if creds else None,
             clock_offset_file=Path(offset) if offset else None,
             missing=missing,
             settings={},
@@ -307,19 +313,12 @@ class Target:
         return {"results": [r.__dict__ for r in results], "summary": dead_letters.summarize(results)}
 
     def http(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-        assert self.api_url
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.api_url.rstrip("/") + path, data=data, method=method, headers={"content-type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                return exc.code, json.loads(exc.read() or b"{}")
-            except ValueError:
-                return exc.code, {}
+        """A SigV4-signed call to the local control plane, as the CLI makes it."""
+        from loom.local.client import LocalApi, call
+
+        assert self.api_url and self.api_credentials is not None
+        status, answer = call(LocalApi(self.api_url, self.api_credentials, self.region), method, path, body, 60)
+        return status, answer if isinstance(answer, dict) else {}
 
     # ------------------------------------------------------------ stack levers
 

@@ -17,7 +17,7 @@ from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
 from engine.clock import Clock
-from engine.log import configure
+from engine.log import configure, ensure_configured
 from engine.ports import NoFaults
 from functions.faults import CrashAfterCheckpoint
 from functions.settings import Settings
@@ -56,6 +56,11 @@ class FileOffsetClock(OffsetClock):
 
 def clock_for(settings: Settings) -> Clock:
     return FileOffsetClock(settings.clock_offset_file) if settings.clock_offset_file else SystemClock()
+
+
+def ensure_logging() -> None:
+    """JSON logs from the first line a function writes, before any request or engine exists."""
+    ensure_configured(os.environ.get("LOOM_LOG_LEVEL") or "INFO")
 
 
 def load_workflows(modules: tuple[str, ...]) -> None:

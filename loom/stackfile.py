@@ -35,7 +35,8 @@ def write(info: dict[str, Any], directory: Path | None = None) -> Path:
     target = path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    # Owner-only: it holds the local control plane's signing key.
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(info, fh, indent=2, sort_keys=True)
     os.replace(tmp, target)  # readers never see half a file
     return target

@@ -110,7 +110,8 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
     out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}\n")
-    out.write(f"  control plane:               {info.get('control_plane_url')}\n")
+    signing = " (AWS_IAM: SigV4 with the stack file's key)" if info.get("control_plane_credentials") else ""
+    out.write(f"  control plane:               {info.get('control_plane_url')}{signing}\n")
     out.write(f"  table:                       {info.get('table')}\n")
     out.write(f"  step queue:                  {info.get('queue_url')}\n")
     out.write(f"  dead-letter queue:           {info.get('dlq_url')}\n")

@@ -287,7 +287,9 @@ class FunctionPool:
 
     # ------------------------------------------------------------ invoke
 
-    def invoke(self, event: Any, *, request_id: str | None = None, wait: float | None = None) -> Invocation:
+    def invoke(
+        self, event: Any, *, request_id: str | None = None, wait: float | None = None, trace_id: str | None = None
+    ) -> Invocation:
         request_id = request_id or str(uuid.uuid4())
         rt = self._acquire(wait)
         started = time.time()
@@ -295,7 +297,8 @@ class FunctionPool:
         timeout_ms = int(self.timeout * 1000)
         outcome, result, error = "crash", None, None
         healthy = False
-        if rt.send({"id": request_id, "event": event, "timeout_ms": timeout_ms}):
+        request = {"id": request_id, "event": event, "timeout_ms": timeout_ms, "trace_id": trace_id}
+        if rt.send(request):
             reply, oom = self._await_reply(rt, t0 + self.timeout)
             if oom:
                 outcome, error = "oom", out_of_memory_error(request_id)

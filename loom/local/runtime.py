@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -49,20 +50,29 @@ _PATH_EVENTS = {
     "os.setxattr": (0,),
     "os.removexattr": (0,),
 }
+ACCOUNT_ID = "123456789012"
 
 
 class LambdaContext:
     """The context object a Python Lambda handler receives."""
 
     def __init__(
-        self, *, request_id: str, function_name: str, memory: int, region: str, timeout_ms: int, log_stream: str
+        self,
+        *,
+        request_id: str,
+        function_name: str,
+        memory: int,
+        region: str,
+        timeout_ms: int,
+        log_stream: str,
+        log_group: str | None = None,
     ) -> None:
         self.aws_request_id = request_id
         self.function_name = function_name
         self.function_version = "$LATEST"
-        self.invoked_function_arn = f"arn:aws:lambda:{region}:123456789012:function:{function_name}"
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:{ACCOUNT_ID}:function:{function_name}"
         self.memory_limit_in_mb = str(memory)
-        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_group_name = log_group or f"/aws/lambda/{function_name}"
         self.log_stream_name = log_stream
         self.identity = None
         self.client_context = None
@@ -192,27 +202,52 @@ def check_imports(modules: list[str]) -> int:
 # ---------------------------------------------------------------------- invocations
 
 
+def log_stream_name(now: float | None = None) -> str:
+    """``YYYY/MM/DD/[$LATEST]<32 hex>``: one stream per execution environment, as Lambda names it."""
+    day = time.strftime("%Y/%m/%d", time.gmtime(time.time() if now is None else now))
+    return f"{day}/[$LATEST]{uuid.uuid4().hex}"
+
+
+def trace_env(trace_id: str | None) -> str:
+    """``_X_AMZN_TRACE_ID`` for one invocation: the caller's root (or a new one) and this segment."""
+    root = trace_id or f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]}"
+    return f"{root};Parent={uuid.uuid4().hex[:16]};Sampled=0"
+
+
+def log_error(error: dict[str, Any]) -> None:
+    # Lambda's Python runtime writes an unhandled error to the function's log; the caller gets none of it.
+    sys.stderr.write(f"[ERROR] {error['errorType']}: {error['errorMessage']}\n")
+    sys.stderr.write("".join(error.get("stackTrace") or []))
+
+
 def serve(args: argparse.Namespace) -> int:
     reply = os.fdopen(args.reply_fd, "w", encoding="utf-8", buffering=1)
     handler, init_error = load_handler(args.handler)
+    if init_error is not None:
+        log_error(init_error)
     reply.write(json.dumps({"ready": True, "pid": os.getpid(), "init_error": init_error}) + "\n")
     region = os.environ.get("AWS_REGION", "us-east-1")
-    log_stream = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{os.getpid():x}"
+    # What AWS_LAMBDA_FUNCTION_NAME says is the deployed (physical) name; the context agrees with it.
+    function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or args.function_name
+    log_stream = log_stream_name()
+    os.environ["AWS_LAMBDA_LOG_STREAM_NAME"] = log_stream
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
         answer: dict[str, Any] = {"id": request["id"]}
+        os.environ["_X_AMZN_TRACE_ID"] = trace_env(request.get("trace_id"))
         if init_error is not None or handler is None:
             answer["error"] = {**(init_error or {}), "requestId": request["id"]}
         else:
             context = LambdaContext(
                 request_id=request["id"],
-                function_name=args.function_name,
+                function_name=function_name,
                 memory=args.memory,
                 region=region,
                 timeout_ms=int(request["timeout_ms"]),
                 log_stream=log_stream,
+                log_group=os.environ.get("AWS_LAMBDA_LOG_GROUP_NAME"),
             )
             try:
                 result = handler(request["event"], context)
@@ -221,6 +256,7 @@ def serve(args: argparse.Namespace) -> int:
             except Exception as exc:
                 answer.pop("result", None)
                 answer["error"] = error_payload(exc)
+                log_error(answer["error"])
         sys.stdout.flush()
         sys.stderr.flush()
         try:

@@ -30,14 +30,16 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
+from loom.local.client import LocalApi
 from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
-from loom.local.http import FunctionUrlServer
+from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
 from loom.local.imports import FunctionImports, check_group, group_checks
 from loom.local.package import FunctionPackage
 from loom.local.package import build as build_package
 from loom.local.pool import FunctionPool, Invocation, output_file
+from loom.local.sigv4 import Principal, new_principal
 from loom.template import TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 
@@ -139,6 +141,9 @@ class LocalStack:
         self._roles: dict[str, str] = {}  # logical id -> worker | sweeper | api
         self._tick_seconds: float | None = None
         self._log = get_logger(component="stack")
+        # The one IAM principal the local Function URL accepts: new per stack, so a control plane
+        # bound to another interface (--host 0.0.0.0) answers only whoever can read the stack file.
+        self.principal: Principal = new_principal()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -250,6 +255,8 @@ class LocalStack:
                     "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
                     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
                     "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{name}",
+                    "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+                    "_HANDLER": spec.handler,
                     "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
                 }
             )
@@ -364,7 +371,9 @@ class LocalStack:
                     on_batch=self._batch_logged,
                 ).start()
             elif role == "api":
-                self._http = FunctionUrlServer(self.pools[logical_id], opts.host, opts.api_port).start()
+                self._http = FunctionUrlServer(
+                    self.pools[logical_id], self._url_auth(logical_id), opts.host, opts.api_port
+                ).start()
                 self.api_url = self._http.url
             elif role == "sweeper":
                 schedule = next(e["Properties"] for e in self._function_spec(logical_id).events.values())
@@ -374,6 +383,13 @@ class LocalStack:
                         target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
                     )
                     self._sweeper_thread.start()
+
+    def _url_auth(self, logical_id: str) -> UrlAuth:
+        props = self.template.resources[logical_id].get("Properties", {})
+        kind = AuthType(str((props.get("FunctionUrlConfig") or {}).get("AuthType", "AWS_IAM")))
+        if kind is AuthType.NONE:
+            return UrlAuth(AuthType.NONE, self.options.region)
+        return UrlAuth.iam(self.options.region, self.principal)
 
     def _sweeper_id(self) -> str:
         for logical_id, role in self._roles.items():
@@ -430,6 +446,7 @@ class LocalStack:
             "region": self.options.region,
             "aws_endpoint_url": self.endpoint_url,
             "control_plane_url": self.api_url,
+            "control_plane_credentials": self.principal.to_json(),
             "table": self.refs.get("Table"),
             "queue_url": self.refs.get("StepQueue"),
             "dlq_url": self.refs.get("DeadLetterQueue"),
@@ -460,6 +477,13 @@ class LocalStack:
             stackfile.write(self.info, self.state_dir)
 
     # ------------------------------------------------------------------ the API tools use
+
+    @property
+    def api(self) -> LocalApi:
+        """The control plane's URL and the principal to sign requests with (loom.local.client)."""
+        if self.api_url is None:
+            raise EmulatorError("the stack has no control plane (not started, or no Function URL)")
+        return LocalApi(self.api_url, self.principal.credentials(), self.options.region)
 
     def function_env(self, logical_id: str) -> dict[str, str]:
         """The exact environment a function's processes get (to call its handler in-process)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import json
 import os
 import sys
 import time
@@ -102,3 +103,26 @@ def hog(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if event.get("keep"):
         _HOARD.append(blob)
     return {"bytes": len(blob)}
+
+
+def url_probe(event: dict[str, Any], context: Any) -> Any:
+    """A Function URL handler whose path says what to do: echo, fail, sleep or answer as told."""
+    path = event.get("rawPath")
+    if path == "/fail":
+        raise ValueError("detail only the log may see")
+    if path == "/sleep":
+        time.sleep(30)
+    if path == "/respond":
+        return json.loads(event["body"])
+    names = ("_X_AMZN_TRACE_ID", "AWS_LAMBDA_LOG_STREAM_NAME", "AWS_LAMBDA_FUNCTION_NAME")
+    seen = {
+        "event": event,
+        "env": {name: os.environ.get(name) for name in names},
+        "context": {
+            "function_name": context.function_name,
+            "invoked_function_arn": context.invoked_function_arn,
+            "log_group_name": context.log_group_name,
+            "log_stream_name": context.log_stream_name,
+        },
+    }
+    return {"statusCode": 200, "headers": {"content-type": "application/json"}, "body": json.dumps(seen)}

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loom.local.client import call, ok
+from loom.local.client import LocalApi, call, ok
 from tests.logs import json_lines
 
 LOOM = [sys.executable, "-m", "loom"]
@@ -62,17 +62,17 @@ def all_pids(info: dict[str, Any]) -> list[int]:
     return pids
 
 
-def start(api: str, workflow: str, data: dict[str, Any]) -> str:
+def start(api: LocalApi, workflow: str, data: dict[str, Any]) -> str:
     status, body = call(api, "POST", "/executions", {"workflow": workflow, "input": data})
     assert status == 201, body
     return body["id"]
 
 
-def status_of(api: str, ex_id: str) -> dict[str, Any]:
+def status_of(api: LocalApi, ex_id: str) -> dict[str, Any]:
     return ok(api, "GET", f"/executions/{ex_id}")
 
 
-def wait_status(api: str, ex_id: str, wanted: str, timeout: float = 60.0) -> dict[str, Any]:
+def wait_status(api: LocalApi, ex_id: str, wanted: str, timeout: float = 60.0) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         ex = status_of(api, ex_id)
         if ex["status"] in ("COMPLETED", "FAILED", "CANCELLED") and ex["status"] != wanted:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.client import ok
+from loom.local.client import LocalApi, ok
 from tests.e2e.support import (
     alive,
     all_pids,
@@ -64,7 +64,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     # The hold knob these tests use is obeyed only with the chaos switch on.
     info = up(state_dir, "--timeout", f"WorkerFunction={WORKER_TIMEOUT}", "--parameter", "ChaosCrashAfterCheckpoint=on")
     try:
-        yield {**info, "state_dir": state_dir, "api": info["control_plane_url"]}
+        yield {**info, "state_dir": state_dir, "api": LocalApi.from_info(info)}
     finally:
         down(state_dir, info)
 
