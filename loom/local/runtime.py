@@ -4,7 +4,8 @@ Started by :class:`loom.local.pool.FunctionPool` with the function's
 environment. It imports the handler once, then answers invocations read as
 JSON lines on stdin with JSON lines on a private reply pipe (stdout and stderr
 stay the function's own log streams). When stdin closes — the supervisor went
-away — it exits, so a stack killed with SIGKILL leaves no process behind.
+away — it exits; and a watchdog thread ends it at once, even inside an invocation, when its
+parent (the supervisor) is gone, so a stack killed with SIGKILL leaves no process behind.
 
     python -m loom.local.runtime --handler functions.worker.handler --reply-fd N ...
 """
@@ -110,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--function-name", required=True)
     parser.add_argument("--memory", type=int, default=128)
     parser.add_argument("--reply-fd", type=int, required=True)
-    return serve(parser.parse_args(argv))
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    args = parser.parse_args(argv)
+    if args.parent_pid:
+        from loom.local.procs import watch_parent
+
+        watch_parent(args.parent_pid)
+    return serve(args)
 
 
 if __name__ == "__main__":
