@@ -114,7 +114,7 @@ def register(sub: Any) -> None:
         description="Move the running local stack's functions' clock (at most 10 years from real time).",
     )
     add_state_dir(tm)
-    tsub = tm.add_subparsers(dest="time_command", metavar="ACTION")
+    tsub = tm.add_subparsers(dest="time_command", metavar="ACTION", help="advance, show or reset")
     tsub.required = True
     adv = tsub.add_parser("advance", help="add DURATION (90s, 15m, 2h, 1d) to the functions' clock")
     adv.add_argument("duration", help="90s, 15m, 2h, 1d, 1h30m or a number of seconds")
@@ -190,7 +190,7 @@ class Progress:
         now = time.monotonic()
         if now >= self._next:
             self._next = now + self.every
-            sys.stderr.write(f"  still {self.what} ({now - self.t0:.0f}s{'; ' + detail if detail else ''})\n")
+            sys.stderr.write(f"  still waiting: {now - self.t0:.0f}s{', ' + detail if detail else ''}\n")
             sys.stderr.flush()
 
 

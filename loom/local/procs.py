@@ -80,7 +80,9 @@ def is_same(recorded: Mapping[str, Any] | None) -> bool:
     if not recorded or not recorded.get("pid"):
         return False
     now = identify(int(recorded["pid"]))
-    return now is not None and now.started == recorded.get("started") and now.cmdline == recorded.get("cmdline")
+    if now is None or not now.cmdline:  # no command line (a kernel thread, mid-exec) proves nothing
+        return False
+    return now.started == recorded.get("started") and now.cmdline == recorded.get("cmdline")
 
 
 def records(pids: Iterable[int]) -> dict[str, dict[str, Any]]:

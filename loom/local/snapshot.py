@@ -70,11 +70,18 @@ def capture(dynamodb_lock: AbstractContextManager[Any] | threading.Lock) -> dict
     return {"format": FORMAT, "taken_at": time.time(), "tables": tables, "queues": queues}
 
 
+def _wire(value: Any) -> Any:
+    """moto keeps binary attributes as bytes; DynamoDB JSON carries them as base64."""
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"cannot save a {type(value).__name__} in the state file")
+
+
 def write(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, separators=(",", ":"))
+        json.dump(data, fh, separators=(",", ":"), default=_wire)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)  # a crash mid-write leaves the previous snapshot whole
