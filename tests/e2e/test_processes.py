@@ -165,9 +165,7 @@ DRIVER = textwrap.dedent(
 
 
 def test_a_function_process_dies_with_its_supervisor_even_mid_invocation():
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(ROOT)], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(ROOT)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert driver.stdout is not None
         (pid,) = json.loads(driver.stdout.readline())
