@@ -8,6 +8,7 @@ commands against a dead stack say so.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -138,16 +139,17 @@ def test_a_taken_port_is_named(tmp_path, flag):
 
 
 def test_a_closed_pipe_is_not_a_traceback(tmp_path):
-    env_dir = tmp_path
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loom", "--state-dir", str(env_dir), "time", "show"],
+        [sys.executable, "-m", "loom", "time", "show"],
         cwd=ROOT,
+        env={**os.environ, "LOOM_STATE_DIR": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None
     proc.stdout.close()  # `| head -0`: the reader is gone before the first line
     _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 141
     assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
 
 
