@@ -387,7 +387,10 @@ class FunctionPool:
                     break
                 (kept if rt.alive() else dead).append(rt)
             for rt in kept:
-                self._idle.put(rt)
+                if rt.generation < self.generation:
+                    self._retire(rt)  # held here while recycle() ran: still the old code
+                else:
+                    self._idle.put(rt)
             for rt in dead:
                 self._replace(rt)
 

@@ -108,24 +108,3 @@ def signal_owned(known: Mapping[str, Mapping[str, Any]] | None, sig: int = signa
             os.kill(pid, sig)
             hit.append(pid)
     return hit
-
-
-def watch_parent(parent: int, interval: float = 0.25) -> None:
-    """Exit this process at once when ``parent`` goes away (even by SIGKILL), from a daemon thread.
-
-    PR_SET_PDEATHSIG would be immediate, but Linux ties it to the *thread* that forked the
-    child: the pools spawn from short-lived threads, whose exit would kill healthy processes.
-    Reparenting (``getppid`` changes) is what a dead parent really means, on every Unix.
-    """
-    import threading
-    import time
-
-    def run() -> None:
-        while True:
-            if os.getppid() != parent:
-                os._exit(1)
-            time.sleep(interval)
-
-    if os.getppid() != parent:
-        os._exit(1)
-    threading.Thread(target=run, name="parent-watch", daemon=True).start()

@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -105,6 +106,26 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def watch_parent(parent: int, interval: float = 0.25) -> None:
+    """Exit at once when ``parent`` is gone (even by SIGKILL), from a daemon thread.
+
+    stdin's EOF is only noticed between invocations; this works inside one too.
+    PR_SET_PDEATHSIG would be immediate, but Linux ties it to the *thread* that forked the
+    child: the pools spawn from short-lived threads, whose exit would kill healthy processes.
+    Being reparented (``getppid`` changes) is what a dead parent means, on every Unix.
+    Self-contained on purpose: this module is the function's bootstrap and imports no Loom code.
+    """
+
+    def run() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=run, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="loom.local.runtime")
     parser.add_argument("--handler", required=True)
@@ -114,8 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     args = parser.parse_args(argv)
     if args.parent_pid:
-        from loom.local.procs import watch_parent
-
         watch_parent(args.parent_pid)
     return serve(args)
 
