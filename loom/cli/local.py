@@ -292,6 +292,8 @@ def _up_foreground(args: argparse.Namespace) -> int:
                 f"loom: kept {stack.restored['items']} items and {stack.restored['messages']} messages "
                 f"from {stack.state_file} (--fresh starts empty)\n"
             )
+            if stack.restored["skipped"]:
+                sys.stderr.write(f"loom: not in this template, not restored: {stack.restored['skipped']}\n")
         _print_endpoints(stack.info)
         if args.reload:
             watcher = SourceWatcher(stack.source_dirs(args.watch), stack.reload_functions).start()

@@ -107,6 +107,12 @@ def test_restart_reload_and_kill_keep_the_work(tmp_path):
     assert loom(state, "status", future).returncode == 0
     _down(state)
 
+    # A clean `loom down` and `loom up` keep it all too.
+    info, _ = _up(state)
+    assert status_of(info["control_plane_url"], ex_id)["status"] == "COMPLETED"
+    assert status_of(info["control_plane_url"], future)["status"] == "COMPLETED"
+    _down(state)
+
     # --fresh forgets it all.
     info, _ = _up(state, "--fresh")
     try:
