@@ -293,7 +293,10 @@ def _up_foreground(args: argparse.Namespace) -> int:
                 f"from {stack.state_file} (--fresh starts empty)\n"
             )
             if stack.restored["skipped"]:
-                sys.stderr.write(f"loom: not in this template, not restored: {stack.restored['skipped']}\n")
+                sys.stderr.write(
+                    f"loom: not in this template, not restored: {stack.restored['skipped']} "
+                    f"(the saved state is kept in {stack.restored['backup']})\n"
+                )
         _print_endpoints(stack.info)
         if args.reload:
             watcher = SourceWatcher(stack.source_dirs(args.watch), stack.reload_functions).start()

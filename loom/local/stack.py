@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -214,6 +215,11 @@ class LocalStack:
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
         if saved is not None:
             self.restored = snapshot.restore(self._session, saved)
+            if self.restored["skipped"]:
+                # The next save would drop them: keep the whole file aside first.
+                backup = self.state_dir / f"emulator-state.{int(time.time())}.json"
+                shutil.copy2(self.state_file, backup)
+                self.restored["backup"] = str(backup)
             self._log.info("state.restored", file=str(self.state_file), **self.restored)
         if isinstance(self._emulator, EmbeddedEmulator) and opts.persist:
             self._emulator.persist()

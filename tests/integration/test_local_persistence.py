@@ -112,3 +112,24 @@ def test_an_unreadable_state_file_is_refused_not_overwritten(tmp_path):
     with pytest.raises(snapshot.SnapshotError, match="--fresh"):
         snapshot.read(state_file)
     assert state_file.read_text() == "{not json"
+
+
+def test_saved_tables_the_template_no_longer_has_are_kept_aside_not_dropped(tmp_path):
+    from loom.local.stack import LocalStack, StackOptions
+
+    saved = {
+        "format": snapshot.FORMAT,
+        "taken_at": 1.0,
+        "tables": {"loom-dev": [{"PK": {"S": "EXEC#kept"}, "SK": {"S": "META"}}], "loom-old": [{"PK": {"S": "x"}}]},
+        "queues": {"loom-old-steps": [{"body": "b"}]},
+    }
+    snapshot.write(tmp_path / snapshot.FILENAME, saved)
+    options = StackOptions(
+        port=0, api_port=0, workers=1, api_workers=1, state_dir=tmp_path, persist=True, sweeper=False
+    )
+    with LocalStack(options) as stack:
+        assert stack.restored is not None
+        assert stack.restored["items"] == 1 and stack.restored["skipped"] == ["loom-old", "loom-old-steps"]
+        assert json.loads(Path(stack.restored["backup"]).read_text()) == saved
+        items = stack.client("dynamodb").scan(TableName="loom-dev")["Items"]
+        assert items == [{"PK": {"S": "EXEC#kept"}, "SK": {"S": "META"}}]
