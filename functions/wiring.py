@@ -35,22 +35,25 @@ class FileOffsetClock(OffsetClock):
 
     def __init__(self, path: str) -> None:
         self._path = path
-        self._mtime = -1.0
+        self._seen: tuple[int, int] | None = None
         self._value = 0.0
         super().__init__(self._read)
 
     def _read(self) -> float:
         try:
-            mtime = os.stat(self._path).st_mtime
+            st = os.stat(self._path)
         except FileNotFoundError:
             return 0.0
-        if mtime != self._mtime:
+        # The file is replaced, never rewritten in place: a new inode is a new value, even
+        # when a reset lands within the filesystem's mtime granularity of an advance.
+        seen = (st.st_ino, st.st_mtime_ns)
+        if seen != self._seen:
             try:
                 with open(self._path, encoding="utf-8") as fh:
                     self._value = float(fh.read().strip() or 0)
             except (OSError, ValueError):
                 return self._value
-            self._mtime = mtime
+            self._seen = seen
         return self._value
 
 

@@ -113,6 +113,8 @@ def resolve_target(url: str | None, region: str | None) -> Target:
     stack = stackfile.read()
     if not stack or not stack.get("control_plane_url"):
         raise ClientError(NO_STACK)
+    if not stackfile.supervisor_running(stack):
+        raise ClientError(stackfile.not_running_message(stack))
     url = str(stack["control_plane_url"]).rstrip("/")
     if stack.get("emulator") == "aws":  # `loom up --emulator aws`: the deployed URL, the default chain
         return Target(url, signed=True, region=stack.get("region") or region_from_url(url))
@@ -174,9 +176,18 @@ class ControlPlane:
             text = payload.get("Message") or payload.get("message") if isinstance(payload, dict) else payload
             raise ApiError(exc.code, f"http_{exc.code}", str(text or exc.reason), payload) from None
         except urllib.error.URLError as exc:
-            raise ClientError(f"cannot reach the control plane at {self.target.url}: {exc.reason}") from None
+            raise ClientError(self._unreachable(exc.reason)) from None
         except TimeoutError:
             raise ClientError(f"the control plane at {self.target.url} did not answer in {self.timeout:g}s") from None
+
+    def _unreachable(self, reason: Any) -> str:
+        if not self.target.signed:  # the local stack: say whether it died, not just "refused"
+            stack = stackfile.read()
+            if stack is None:
+                return f"the stack at {self.target.url} is not running (it was stopped); `loom up` starts it"
+            if not stackfile.supervisor_running(stack):
+                return stackfile.not_running_message(stack)
+        return f"cannot reach the control plane at {self.target.url}: {reason}"
 
     # ------------------------------------------------------------------ API
 

@@ -124,6 +124,8 @@ class Runtime:
                     str(memory),
                     "--reply-fd",
                     str(write_fd),
+                    "--parent-pid",
+                    str(os.getpid()),
                 ),
                 stdin=subprocess.PIPE,
                 stdout=output,
@@ -141,6 +143,7 @@ class Runtime:
         self._reply_fd = read_fd
         self._buffer = b""
         self.init_error: dict[str, Any] | None = None
+        self.generation = 0  # which recycle() of its pool it was started after
 
     @property
     def pid(self) -> int:
@@ -250,6 +253,7 @@ class FunctionPool:
         self._monitor: threading.Thread | None = None
         self.invocations: deque[Invocation] = deque(maxlen=history)
         self.replaced = 0
+        self.generation = 0  # bumped by recycle(): processes of an older one are replaced
 
     # ------------------------------------------------------------ lifecycle
 
@@ -284,6 +288,23 @@ class FunctionPool:
     def pids(self) -> list[int]:
         with self._lock:
             return sorted(self._all)
+
+    def recycle(self) -> None:
+        """New code: replace every process with a fresh one that imports the handler again.
+
+        Idle processes go at once; a busy one finishes its invocation on the code it has
+        (as Lambda does when a function is updated) and is replaced when it comes back.
+        """
+        with self._lock:
+            self.generation += 1
+        idle: list[Runtime] = []
+        while True:
+            try:
+                idle.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for rt in idle:
+            self._retire(rt)
 
     # ------------------------------------------------------------ invoke
 
@@ -365,7 +386,7 @@ class FunctionPool:
     # ------------------------------------------------------------ internals
 
     def _spawn(self) -> Runtime:
-        return Runtime(
+        rt = Runtime(
             function=self.function,
             handler=self.handler,
             memory=self.memory,
@@ -373,6 +394,15 @@ class FunctionPool:
             package=self.package,
             output=self._output,
         )
+        rt.generation = self.generation
+        return rt
+
+    def _retire(self, rt: Runtime) -> None:
+        """Close a healthy process of an older generation and start its replacement."""
+        rt.close(grace=1.0)
+        with self._lock:
+            self._all.pop(rt.pid, None)
+        self._replace(rt, count=False)
 
     def _register(self, rt: Runtime) -> None:
         # Only ready processes are listed: pids() is what a chaos kill may aim at.
@@ -391,23 +421,29 @@ class FunctionPool:
                 rt = self._idle.get(timeout=left)
             except queue.Empty:
                 continue
-            if rt.alive():
+            if not rt.alive():
+                self._replace(rt)  # died while idle (killed from outside)
+            elif rt.generation < self.generation:
+                self._retire(rt)  # missed by recycle() (the monitor held it): still old code
+            else:
                 return rt
-            self._replace(rt)  # died while idle (killed from outside)
 
     def _release(self, rt: Runtime) -> None:
         if self._closed.is_set():
             rt.close(grace=1.0)
+        elif rt.generation < self.generation:
+            self._retire(rt)
         else:
             self._idle.put(rt)
 
-    def _replace(self, rt: Runtime) -> None:
+    def _replace(self, rt: Runtime, count: bool = True) -> None:
         rt.kill()
         with self._lock:
             self._all.pop(rt.pid, None)
         if self._closed.is_set():
             return
-        self.replaced += 1
+        if count:  # a death, not a reload
+            self.replaced += 1
         self._changed()  # the dead pid leaves the stack file at once
         while not self._closed.is_set():
             new = self._spawn()
@@ -439,7 +475,10 @@ class FunctionPool:
                     break
                 (kept if rt.alive() else dead).append(rt)
             for rt in kept:
-                self._idle.put(rt)
+                if rt.generation < self.generation:
+                    self._retire(rt)  # held here while recycle() ran: still the old code
+                else:
+                    self._idle.put(rt)
             for rt in dead:
                 self._replace(rt)
 

@@ -9,8 +9,9 @@ development venv. It must therefore import only the standard library.
 It makes the task root read-only, imports the handler once, then answers
 invocations read as JSON lines on stdin with JSON lines on a private reply
 pipe (stdout and stderr stay the function's own log streams). When stdin
-closes (the supervisor went away) it exits, so a stack killed with SIGKILL
-leaves no process behind.
+closes (the supervisor went away) it exits; and a watchdog thread ends it at
+once, even inside an invocation, when its parent (the supervisor) is gone, so a
+stack killed with SIGKILL leaves no process behind.
 
     python -I -S bootstrap.py --handler functions.worker.handler --reply-fd N ...
     python -I -S bootstrap.py --check-imports workflows,myapp.flows
@@ -24,6 +25,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -266,12 +268,33 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def watch_parent(parent: int, interval: float = 0.25) -> None:
+    """Exit at once when ``parent`` is gone (even by SIGKILL), from a daemon thread.
+
+    stdin's EOF is only noticed between invocations; this works inside one too.
+    PR_SET_PDEATHSIG would be immediate, but Linux ties it to the *thread* that forked the
+    child: the pools spawn from short-lived threads, whose exit would kill healthy processes.
+    Being reparented (``getppid`` changes) is what a dead parent means, on every Unix.
+    Self-contained on purpose: this module is the function's bootstrap and imports no Loom code.
+    """
+
+    def run() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=run, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bootstrap")
     parser.add_argument("--handler")
     parser.add_argument("--function-name", default="")
     parser.add_argument("--memory", type=int, default=128)
     parser.add_argument("--reply-fd", type=int)
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     parser.add_argument("--check-imports", default=None, help="comma-separated modules to import, then exit")
     args = parser.parse_args(argv)
     task_root = os.environ.get("LAMBDA_TASK_ROOT", "")
@@ -283,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return check_imports([m.strip() for m in args.check_imports.split(",") if m.strip()])
     if not args.handler or args.reply_fd is None:
         parser.error("--handler and --reply-fd are needed to serve invocations")
+    if args.parent_pid:
+        watch_parent(args.parent_pid)
     return serve(args)
 
 

@@ -14,11 +14,14 @@ the Function URL. ``loom up`` is a thin command line over this class.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +33,7 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
+from loom.local import procs, snapshot
 from loom.local.client import LocalApi
 from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
@@ -40,12 +44,34 @@ from loom.local.package import FunctionPackage
 from loom.local.package import build as build_package
 from loom.local.pool import FunctionPool, Invocation, output_file
 from loom.local.sigv4 import Principal, new_principal
-from loom.template import TEMPLATE, FunctionSpec, Template, create_resources, function_environment
+from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 
 DEFAULT_PORT = 5230  # not LocalStack's 4566: both can run side by side
 DEFAULT_API_PORT = 5231
 REGION = "us-east-1"
+
+
+class PortTaken(RuntimeError):
+    """A port the stack needs is in use by another program."""
+
+
+def check_port(host: str, port: int, flag: str) -> None:
+    """Refuse early, naming the port and the flag that sets it, when ``host:port`` is taken."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # As the servers do: a port left in TIME_WAIT by the previous stack is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortTaken(
+                    f"port {port} on {host} is taken ({flag}): stop what uses it, or pass {flag} with another "
+                    "port (0 picks a free one)"
+                ) from None
+            raise
 
 
 class FunctionFailed(RuntimeError):
@@ -80,10 +106,14 @@ class StackOptions:
     endpoint_url: str | None = None  # LocalStack's endpoint (default http://localhost:4566)
     template: Path = TEMPLATE
     log_file: Path | None = None  # where function and emulator output goes; None = inherit stdout
+    log_stream: IO[Any] | None = None  # or this open stream (not closed by the stack), e.g. a console relay
     write_stack_file: bool = True
     sweeper: bool = True  # run the sweeper on its schedule (tick_sweeper() works either way)
     # What the functions' package holds, as the Makefile's SOURCES (None: $SOURCES, else the Makefile's).
     sources: tuple[str, ...] | None = None
+    persist: bool = False  # embedded: keep the data (and the clock offset) in state_dir across restarts
+    fresh: bool = False  # with persist: forget what was saved and start empty
+    heartbeat: float = 2.0  # seconds between touches of the stack file (when it was last alive)
 
 
 class _EndpointSession:
@@ -134,6 +164,8 @@ class LocalStack:
         self._http: FunctionUrlServer | None = None
         self._sweeper_thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+        self.restored: dict[str, Any] | None = None  # what a persistent start put back
         self._file_lock = threading.Lock()
         self._output: IO[Any] | None = None
         self._session: _EndpointSession | None = None
@@ -163,29 +195,54 @@ class LocalStack:
             raise
         return self
 
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / snapshot.FILENAME
+
     def _start(self) -> None:
         opts = self.options
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
+        if opts.emulator == "embedded":
+            check_port(opts.host, opts.port, "--port")
+        check_port(opts.host, opts.api_port, "--api-port")
+        saved = self._saved_state()
+        if saved is None:
+            offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
         self.package = build_package(self.state_dir, opts.sources)
         self._assign_roles()
         self._check_imports()  # before anything starts: a module that cannot load stops `up` here
         if opts.log_file is not None:
             self._output = output_file(Path(opts.log_file))
+        elif opts.log_stream is not None:
+            self._output = opts.log_stream
         emulator_log = self._output or output_file(self.state_dir / "emulator.log")
         if opts.emulator == "embedded":
-            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log).start()
+            state_file = self.state_file if opts.persist else None
+            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log, state_file=state_file).start()
         else:
             self._emulator = LocalStackEmulator(opts.endpoint_url).start()
         self.endpoint_url = self._emulator.endpoint_url
         self._session = _EndpointSession(self.endpoint_url, opts.region)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
+        if saved is not None:
+            self.restored = snapshot.restore(self._session, saved)
+            if self.restored["skipped"]:
+                # The next save would drop them: keep the whole file aside first.
+                backup = self.state_dir / f"emulator-state.{int(time.time())}.json"
+                shutil.copy2(self.state_file, backup)
+                self.restored["backup"] = str(backup)
+            self._log.info("state.restored", file=str(self.state_file), **self.restored)
+        if isinstance(self._emulator, EmbeddedEmulator) and opts.persist:
+            self._emulator.persist()
         self._plan_functions()
         self._apply_visibility_override()
         self._start_pools()
         self.started_at = time.time()
         self._start_triggers()
         self.write_stack_file()
+        if opts.write_stack_file:
+            self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+            self._heartbeat_thread.start()
         self._log.info(
             "stack.started",
             emulator=opts.emulator,
@@ -194,6 +251,21 @@ class LocalStack:
             table=self.refs.get("Table"),
             worker_pids=self.worker_pids(),
         )
+
+    def _saved_state(self) -> dict[str, Any] | None:
+        """What a persistent start puts back (None: start empty, at real time)."""
+        opts = self.options
+        if not opts.persist or opts.emulator != "embedded":
+            return None
+        if opts.fresh:
+            with contextlib.suppress(FileNotFoundError):
+                self.state_file.unlink()
+            return None
+        return snapshot.read(self.state_file)  # SnapshotError: refuse to start rather than lose it
+
+    def _heartbeat(self) -> None:
+        while not self._stopping.wait(self.options.heartbeat):
+            stackfile.touch(self.state_dir)
 
     def stop(self) -> None:
         if self._stopping.is_set():
@@ -210,6 +282,8 @@ class LocalStack:
             self._esm.join()
         if self._sweeper_thread is not None:
             self._sweeper_thread.join(timeout=5)
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(timeout=5)
         if self._emulator is not None:
             with contextlib.suppress(Exception):
                 self._emulator.stop()
@@ -217,7 +291,7 @@ class LocalStack:
             current = stackfile.read(self.state_dir)
             if current is not None and current.get("supervisor_pid") == os.getpid():
                 stackfile.remove(self.state_dir)
-        if self._output is not None:
+        if self._output is not None and self._output is not self.options.log_stream:
             with contextlib.suppress(Exception):
                 self._output.close()
         self._log.info("stack.stopped")
@@ -439,6 +513,12 @@ class LocalStack:
             if self._roles.get(pool.function) == "worker":
                 self._log.info("pool.changed", function=pool.function, pids=pool.pids(), replaced=pool.replaced)
 
+    def all_pids(self) -> list[int]:
+        """The supervisor, the emulator and every function process: what `loom down` may end."""
+        pids = [os.getpid(), getattr(self._emulator, "pid", None)]
+        pids += [pid for pool in self.pools.values() for pid in pool.pids()]
+        return [p for p in pids if p]
+
     @property
     def info(self) -> dict[str, Any]:
         return {
@@ -458,6 +538,9 @@ class LocalStack:
             "function_pids": {k: p.pids() for k, p in self.pools.items()},
             "emulator_pid": getattr(self._emulator, "pid", None),
             "state_dir": str(self.state_dir),
+            # pid -> start time and command line: only these exact processes are ever signalled.
+            "processes": procs.records(self.all_pids()),
+            "persistent": bool(self.options.persist and self.options.emulator == "embedded"),
             "sweeper_tick_seconds": self._tick_seconds,
             "refs": {k: v for k, v in self.refs.items() if isinstance(v, (str, int, float))},
             "python": sys.executable,
@@ -509,6 +592,35 @@ class LocalStack:
         if limit is not None:
             out = out[-limit:]
         return [inv.record() for inv in out]
+
+    def source_dirs(self, extra: Iterable[str | Path] = ()) -> list[Path]:
+        """Where the functions' code comes from: what `loom up --reload` watches.
+
+        The SOURCES the functions' package is built from (as the Makefile builds it for
+        Lambda), every other PYTHONPATH entry the functions get, and ``extra``.
+        """
+        dirs = [Path(name) if Path(name).is_absolute() else ROOT / name for name in self.package.sources]
+        for env in self._envs.values():
+            for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+                if entry and Path(entry).resolve() != ROOT:
+                    dirs.append(Path(entry))
+        dirs += [Path(d) for d in extra]
+        out: list[Path] = []
+        for d in dirs:
+            d = d.resolve()
+            if d.is_dir() and d not in out:
+                out.append(d)
+        return out
+
+    def reload_functions(self, changed: list[str] | None = None) -> None:
+        """Replace every function process so the next invocations import the code afresh."""
+        self._log.info("functions.reloading", changed=(changed or [])[:10])
+        # The functions run from a built package: rebuild it (cached by content) first.
+        self.package = build_package(self.state_dir, self.options.sources)
+        for pool in self.pools.values():
+            pool.package = self.package
+            pool.recycle()
+        self.write_stack_file()
 
     def invoke(self, logical_id: str, event: Any) -> Invocation:
         """Invoke one of the stack's functions directly (as ``aws lambda invoke`` would)."""
