@@ -116,10 +116,7 @@ def process_batch(
                 redelivered = int(attributes.get("ApproximateReceiveCount", "1") or 1) > 1
                 outcome = engine.handle(message, redelivered=redelivered, remaining=remaining)
                 if outcome.status is OutcomeStatus.NO_TIME:
-                    # Not started, nothing written: an invocation with time gets it at once.
-                    log.info("message.no_time")
-                    heartbeat.done(message_id)
-                    release(engine, str(record.get("receiptHandle", "")))
+                    hand_back(engine, heartbeat, message_id, str(record.get("receiptHandle", "")), first=i == 0)
                     failures.append({"itemIdentifier": message_id})
             except Exception as exc:
                 log.exception("message.failed", error=error_info(exc))
@@ -129,9 +126,18 @@ def process_batch(
     return {"batchItemFailures": failures}
 
 
-def release(engine: Engine, receipt: str) -> None:
-    """Make a message visible again now, rather than after the visibility timeout."""
+def hand_back(engine: Engine, heartbeat: Heartbeat, message_id: str, receipt: str, *, first: bool) -> None:
+    """A record whose step was not started for lack of time: visible again now (not after the
+    visibility timeout), so that an invocation with time takes it; the caller reports it."""
+    log = get_logger(execution_id=None, step=None, attempt=None, message_id=message_id)
+    if first:
+        # It had the whole invocation: its timeout plus the reserve exceeds the worker's
+        # timeout, and SQS parks it in the DLQ after maxReceiveCount deliveries.
+        log.error("message.no_time_at_invocation_start")
+    else:
+        log.info("message.no_time")
+    heartbeat.done(message_id)  # first: the heartbeat must not hide it again
     try:
         engine.queue.change_visibility(receipt, 0)
     except Exception as exc:  # it still comes back, after the visibility timeout
-        get_logger(execution_id=None, step=None, attempt=None).warning("message.release_failed", error=error_info(exc))
+        log.warning("message.release_failed", error=error_info(exc))
