@@ -38,7 +38,7 @@ def handle(
     steps_run = 0
     chained = False
     known: Execution | None = None
-    status = OutcomeStatus.NO_TIME
+    status = OutcomeStatus.NO_TIME  # the last link that ran: what a chain cut short reports
     while True:
         try:
             done = handle_link(parts, message, redelivered=redelivered, known=known, remaining=remaining)
