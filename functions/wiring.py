@@ -24,7 +24,7 @@ from functions.settings import Settings
 # Throttling is retried by botocore itself, with backoff, before Loom sees an error.
 BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=30)
 # The visibility heartbeat: a slow call must not keep the worker from returning (the next beat retries).
-HEARTBEAT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 2}, connect_timeout=2, read_timeout=3)
+HEARTBEAT_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=2, read_timeout=3)
 
 _lock = threading.Lock()
 _cache: dict[Settings, Engine] = {}

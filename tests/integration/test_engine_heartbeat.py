@@ -116,3 +116,13 @@ def test_the_heartbeat_stops_before_the_handler_returns_even_when_an_extension_i
         assert queue.entered.wait(timeout=10)
     assert queue.log[-1] == ("end", "a"), "an extension was still running after the heartbeat stopped"
     assert not hb._thread.is_alive()
+
+
+def test_the_worker_extends_visibility_through_a_client_with_short_timeouts(fn):
+    from functions import wiring
+
+    fn.use("WorkerFunction")
+    queue = wiring.engine().queue
+    config = queue._visibility.meta.config
+    assert queue._visibility is not queue._sqs
+    assert (config.connect_timeout, config.read_timeout, config.retries["total_max_attempts"]) == (2, 3, 2)
