@@ -24,6 +24,8 @@ from functions.settings import Settings
 
 # Throttling is retried by botocore itself, with backoff, before Loom sees an error.
 BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=30)
+# The visibility heartbeat: a slow call must not keep the worker from returning (the next beat retries).
+HEARTBEAT_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=2, read_timeout=3)
 
 _lock = threading.Lock()
 _cache: dict[Settings, Engine] = {}
@@ -101,7 +103,9 @@ def engine(settings: Settings | None = None) -> Engine:
         built = Engine(
             registry=default_registry,
             store=DynamoStore(ddb, settings.table_name, settings.shards, cursor_key=cursor_key(settings)),
-            queue=SqsQueue(sqs, settings.queue_url, settings.dlq_url),
+            queue=SqsQueue(
+                sqs, settings.queue_url, settings.dlq_url, visibility_client=s.client("sqs", config=HEARTBEAT_CONFIG)
+            ),
             clock=clock_for(settings),
             config=settings.engine_config(),
             faults=CrashAfterCheckpoint() if settings.chaos else NoFaults(),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.local.client import ok
+from loom.local.client import LocalApi, ok
 from loom.local.package import PackageError, build, configured_sources, makefile_sources, resolve_sources
 from tests.e2e.support import ROOT, alive, all_pids, loom, stack_info, start, wait_for, wait_status
 
@@ -182,7 +182,7 @@ def test_a_workflow_module_outside_the_repository_runs_when_sources_lists_it(pro
         assert "function package (SOURCES):  engine functions workflows" in done.stderr
         ex_id = start(info["control_plane_url"], "myapp_hello", {"name": "loom"})
         wait_status(info["control_plane_url"], ex_id, "COMPLETED")
-        history = ok(info["control_plane_url"], "GET", f"/executions/{ex_id}/history")
+        history = ok(LocalApi.from_info(info), "GET", f"/executions/{ex_id}/history")
         steps = history["steps"] if isinstance(history, dict) else history
         assert [(s["name"], s["result"]) for s in steps] == [("greet", {"greeting": "hello loom"})]
     finally:
