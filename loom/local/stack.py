@@ -30,11 +30,14 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
+from loom.local import concurrency
+from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
 from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
 from loom.local.http import FunctionUrlServer
 from loom.local.pool import FunctionPool, Invocation, output_file
+from loom.local.standard_queue import StandardQueueChaos
 from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 
@@ -60,8 +63,10 @@ class StackOptions:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT  # the embedded emulator's port; 0 picks a free one
     api_port: int = DEFAULT_API_PORT  # the control plane's port; 0 picks a free one
-    workers: int = 2  # worker processes (and SQS pollers): the function's concurrency
-    api_workers: int = 2
+    # Worker processes (and SQS pollers). None: the template's ReservedConcurrentExecutions /
+    # ScalingConfig.MaximumConcurrency, else 2 (logged as an approximation). A number overrides the template.
+    workers: int | None = None
+    api_workers: int | None = None  # the control plane's processes; None as for workers
     tick: float | None = None  # seconds between sweeper runs; None = the template's schedule
     state_dir: Path | None = None  # None = $LOOM_STATE_DIR or ./.loom
     env: Mapping[str, str] = field(default_factory=dict)  # extra env for every function
@@ -77,6 +82,10 @@ class StackOptions:
     log_file: Path | None = None  # where function and emulator output goes; None = inherit stdout
     write_stack_file: bool = True
     sweeper: bool = True  # run the sweeper on its schedule (tick_sweeper() works either way)
+    # Standard-queue delivery: reorder and occasionally duplicate what the worker receives, at this
+    # rate (0 = off, the emulator's strict send order). Seeded, so a run can be replayed.
+    sqs_standard_chaos: float = 0.0
+    sqs_chaos_seed: int = 0
 
 
 class _EndpointSession:
@@ -127,6 +136,8 @@ class LocalStack:
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
         self._sweeper_thread: threading.Thread | None = None
+        self.sweeper_async: AsyncInvoker | None = None
+        self.concurrency: dict[str, concurrency.ConcurrencyPlan] = {}
         self._stopping = threading.Event()
         self._file_lock = threading.Lock()
         self._output: IO[Any] | None = None
@@ -198,6 +209,9 @@ class LocalStack:
             self._esm.join()
         if self._sweeper_thread is not None:
             self._sweeper_thread.join(timeout=5)
+        if self.sweeper_async is not None:
+            self.sweeper_async.stop()
+            self.sweeper_async.join(timeout=2)
         if self._emulator is not None:
             with contextlib.suppress(Exception):
                 self._emulator.stop()
@@ -251,6 +265,15 @@ class LocalStack:
             env.update(opts.env)
             env.update(opts.function_env.get(logical_id, {}))
             self._envs[logical_id] = env
+        self._plan_concurrency()
+
+    def _plan_concurrency(self) -> None:
+        overrides = {"worker": self.options.workers, "api": self.options.api_workers, "sweeper": None}
+        for logical_id, role in self._roles.items():
+            plan = concurrency.plan(self._function_spec(logical_id), role, overrides[role])
+            self.concurrency[logical_id] = plan
+            log = self._log.warning if plan.approximate else self._log.info
+            log("stack.concurrency", function=logical_id, processes=plan.size, source=plan.source.value, note=plan.note)
 
     def _queue_of(self, event_props: Mapping[str, Any]) -> str:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
@@ -281,15 +304,14 @@ class LocalStack:
         return float(self.options.timeouts.get(logical_id, self._function_spec(logical_id).timeout))
 
     def _start_pools(self) -> None:
-        sizes = {"worker": self.options.workers, "sweeper": 1, "api": self.options.api_workers}
-        for logical_id, role in self._roles.items():
+        for logical_id in self._roles:
             spec = self._function_spec(logical_id)
             self.pools[logical_id] = FunctionPool(
                 function=logical_id,
                 handler=spec.handler,
                 env=self._envs[logical_id],
                 timeout=self._timeout(logical_id),
-                size=max(1, sizes[role]),
+                size=self.concurrency[logical_id].size,
                 memory=spec.memory,
                 output=self._output,
                 on_invocation=self._logged,
@@ -322,18 +344,33 @@ class LocalStack:
                         in (props.get("FunctionResponseTypes") or []),
                     ),
                     on_batch=self._batch_logged,
+                    chaos=StandardQueueChaos(opts.sqs_standard_chaos, opts.sqs_chaos_seed),
                 ).start()
             elif role == "api":
                 self._http = FunctionUrlServer(self.pools[logical_id], opts.host, opts.api_port).start()
                 self.api_url = self._http.url
             elif role == "sweeper":
-                schedule = next(e["Properties"] for e in self._function_spec(logical_id).events.values())
-                self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
-                if opts.sweeper and schedule.get("Enabled", True):
-                    self._sweeper_thread = threading.Thread(
-                        target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
-                    )
-                    self._sweeper_thread.start()
+                self._start_schedule(logical_id)
+
+    def _start_schedule(self, logical_id: str) -> None:
+        """EventBridge's rule: every tick an asynchronous invocation, retried by the function's EventInvokeConfig."""
+        opts = self.options
+        spec = self._function_spec(logical_id)
+        schedule = self.template.resolve(
+            next(e["Properties"] for e in spec.events.values() if e.get("Type") == "Schedule"), self.refs
+        )
+        self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
+        self.sweeper_async = AsyncInvoker(
+            self.pools[logical_id].invoke,
+            AsyncPolicy.from_event_invoke_config(self.template.resolve(spec.event_invoke, self.refs)),
+            clock=self._function_clock,
+            function=logical_id,
+        ).start()
+        if opts.sweeper and schedule.get("Enabled", True):
+            self._sweeper_thread = threading.Thread(
+                target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
+            )
+            self._sweeper_thread.start()
 
     def _sweeper_id(self) -> str:
         for logical_id, role in self._roles.items():
@@ -345,11 +382,15 @@ class LocalStack:
         stack = self.refs.get("AWS::StackName")
         return f"arn:aws:events:{self.options.region}:123456789012:rule/{stack}-{logical_id}Tick"
 
+    def _function_clock(self) -> float:
+        # The functions' clock (time travel included): `loom time advance 2m` makes a pending retry due.
+        return time.time() + offset_clock.read_offset(self.clock_offset_file)
+
     def _sweep_forever(self, logical_id: str) -> None:
-        assert self._tick_seconds is not None
+        assert self._tick_seconds is not None and self.sweeper_async is not None
         while not self._stopping.wait(self._tick_seconds):
-            with contextlib.suppress(Exception):
-                self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
+            # Fire and forget, as EventBridge does: a run still going does not hold the next tick back.
+            self.sweeper_async.submit(scheduled_event(self._rule_arn(logical_id), self.options.region))
 
     # ------------------------------------------------------------------ logging and the stack file
 
@@ -402,6 +443,10 @@ class LocalStack:
             "emulator_pid": getattr(self._emulator, "pid", None),
             "state_dir": str(self.state_dir),
             "sweeper_tick_seconds": self._tick_seconds,
+            "concurrency": {
+                k: {"processes": p.size, "source": p.source.value, "note": p.note} for k, p in self.concurrency.items()
+            },
+            "sqs_standard_chaos": self._esm.chaos.rate if self._esm is not None else 0.0,
             "refs": {k: v for k, v in self.refs.items() if isinstance(v, (str, int, float))},
             "python": sys.executable,
         }
@@ -442,6 +487,21 @@ class LocalStack:
     def invoke(self, logical_id: str, event: Any) -> Invocation:
         """Invoke one of the stack's functions directly (as ``aws lambda invoke`` would)."""
         return self.pools[logical_id].invoke(event)
+
+    def set_sqs_standard_chaos(self, rate: float) -> float:
+        """Turn standard-queue delivery on (rate > 0) or off (0) while the stack runs; the previous rate."""
+        if self._esm is None:
+            raise EmulatorError("the stack has no SQS-triggered function")
+        previous = self._esm.chaos.rate
+        self._esm.chaos.set_rate(rate)
+        self._log.info("esm.standard_queue_chaos", rate=rate, seed=self._esm.chaos.seed)
+        return previous
+
+    def sqs_chaos_counts(self) -> dict[str, int]:
+        """What standard-queue delivery did so far: batches, reordered, held, duplicated."""
+        if self._esm is None:
+            return {}
+        return dict(self._esm.chaos.counts().__dict__)
 
     def tick_sweeper(self) -> dict[str, Any]:
         """Run one sweeper invocation now, with a real scheduled event; its sweep report."""
