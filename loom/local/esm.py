@@ -96,17 +96,18 @@ class SqsEventSource:
         )
         return list(resp.get("Messages") or [])
 
-    def gather(self) -> list[dict[str, Any]]:
-        """One batch: a long poll, then more messages until the batch is full or the window closes."""
-        messages = self._receive(self.config.batch_size, POLL_WAIT_SECONDS)
+    def gather(self, wait: int = POLL_WAIT_SECONDS, room: int | None = None) -> list[dict[str, Any]]:
+        """One batch: a long poll, then more messages until the batch (or ``room``) is full or the window closes."""
+        size = self.config.batch_size if room is None else room
+        messages = self._receive(size, wait)
         if not messages:
             return []
         window_end = time.monotonic() + self.config.batching_window
-        while len(messages) < self.config.batch_size and not self._stop.is_set():
+        while len(messages) < size and not self._stop.is_set():
             left = window_end - time.monotonic()
             if left <= 0:
                 break
-            more = self._receive(self.config.batch_size - len(messages), 0)
+            more = self._receive(size - len(messages), 0)
             if more:
                 messages.extend(more)
             else:
@@ -115,8 +116,10 @@ class SqsEventSource:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Messages the standard-queue chaos holds for a later batch take room in the next one.
+            room = self.config.batch_size - self.chaos.pending()
             try:
-                messages = self.gather()
+                messages = self.gather(room=room) if room > 0 else []
             except Exception as exc:  # the emulator going away at shutdown, or a hiccup
                 if self._stop.is_set():
                     return

@@ -90,13 +90,14 @@ class StandardQueueChaos:
                 if batch != order:
                     self._reordered += 1
             batch, overflow = batch[:limit], batch[limit:]
-            # What does not fit waits for the next batch; duplicates that do not fit are dropped.
+            # What does not fit waits for the next batch (the event source receives less meanwhile).
+            self._replay.extend(m for m in overflow if is_duplicate(m))
             self._held.extend(m for m in overflow if not is_duplicate(m))
+            self._duplicated += sum(1 for m in batch if is_duplicate(m))
             if self._rate > 0:
                 for message in batch:
                     if not is_duplicate(message) and self._rng.random() < self._rate:
                         self._replay.append(_duplicate(message))
-                        self._duplicated += 1
             if batch:
                 self._batches += 1
             return batch
