@@ -272,8 +272,15 @@ class LocalStack:
         for logical_id, role in self._roles.items():
             plan = concurrency.plan(self._function_spec(logical_id), role, overrides[role])
             self.concurrency[logical_id] = plan
-            log = self._log.warning if plan.approximate else self._log.info
-            log("stack.concurrency", function=logical_id, processes=plan.size, source=plan.source.value, note=plan.note)
+            # Info, not a warning: `loom up` prints the notes (see loom.cli.local), the kit's runs stay quiet.
+            self._log.info(
+                "stack.concurrency",
+                function=logical_id,
+                processes=plan.size,
+                source=plan.source.value,
+                approximate=plan.approximate,
+                note=plan.note,
+            )
 
     def _queue_of(self, event_props: Mapping[str, Any]) -> str:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
