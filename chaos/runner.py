@@ -28,6 +28,7 @@ def open_target(
     stack_name: str | None = None,
     workers: int = 2,
     sqs_standard_chaos: float = 0.0,
+    sqs_chaos_seed: int = 0,
 ) -> Iterator[Target]:
     """The target to run against: a given stack, the running one, a deployed one, or a fresh chaos stack."""
     if stack is not None:
@@ -48,7 +49,9 @@ def open_target(
     from engine.log import configure
 
     configure("WARNING", stream=sys.stderr)  # the stack's own info logs would drown the table
-    with chaos_stack(emulator=emulator, workers=workers, sqs_standard_chaos=sqs_standard_chaos) as target:
+    with chaos_stack(
+        emulator=emulator, workers=workers, sqs_standard_chaos=sqs_standard_chaos, sqs_chaos_seed=sqs_chaos_seed
+    ) as target:
         yield target
 
 
@@ -61,12 +64,18 @@ def run_all(
     running: bool = False,
     stack_name: str | None = None,
     sqs_standard_chaos: float = 0.0,
+    sqs_chaos_seed: int = 0,
 ) -> list[Result]:
     """Run the named scenarios (all by default), one after another, on one target."""
     chosen = [scenario(n) for n in (names or SCENARIOS)]
     results: list[Result] = []
     with open_target(
-        stack, emulator=emulator, running=running, stack_name=stack_name, sqs_standard_chaos=sqs_standard_chaos
+        stack,
+        emulator=emulator,
+        running=running,
+        stack_name=stack_name,
+        sqs_standard_chaos=sqs_standard_chaos,
+        sqs_chaos_seed=sqs_chaos_seed,
     ) as target:
         if out is not None:
             print(

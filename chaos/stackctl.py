@@ -40,6 +40,7 @@ def chaos_stack(
     state_dir: Path | None = None,
     seed: int = 0,
     sqs_standard_chaos: float = 0.0,
+    sqs_chaos_seed: int = 0,
 ) -> Iterator[Target]:
     """A LocalStack of its own with the crash hook on and the throttling proxy in front of the emulator."""
     from loom.local.stack import LocalStack, StackOptions
@@ -67,7 +68,7 @@ def chaos_stack(
             parameters={"Stage": "chaos"} if emulator == "localstack" else {},
             # Standard-queue delivery (reordered, sometimes duplicated) for the whole run when asked.
             sqs_standard_chaos=sqs_standard_chaos,
-            sqs_chaos_seed=seed,
+            sqs_chaos_seed=sqs_chaos_seed,
         )
         stack = stack_ctx.enter_context(LocalStack(opts))
         proxy.upstream = stack.endpoint_url

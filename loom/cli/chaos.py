@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     parser.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")
     parser.add_argument("--executions", type=int, default=100, help="soak: executions at once")
-    parser.add_argument("--seed", type=int, default=1, help="soak: the fault plan's seed")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="the soak's fault plan seed; also seeds --sqs-standard-chaos"
+    )
     parser.add_argument("--workers", type=int, default=3, help="soak: worker processes of the kit's stack")
     parser.add_argument("--plan", action="store_true", help="soak: print the fault plan and exit")
     parser.add_argument(
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         running=args.running,
         stack_name=args.stack,
         sqs_standard_chaos=args.sqs_standard_chaos,
+        sqs_chaos_seed=args.seed,
     )
     print(report.to_json(results) if args.json else report.render_table(results))
     if args.junit:
@@ -104,6 +107,7 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
         stack_name=args.stack,
         workers=args.workers,
         sqs_standard_chaos=args.sqs_standard_chaos,
+        sqs_chaos_seed=args.seed,
     ) as target:
         summary = run_soak(target, args.executions, args.seed, out=progress)  # type: ignore[arg-type]
     result = summary.as_result()
