@@ -219,8 +219,9 @@ def _up_foreground(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    stack = LocalStack(_options(args))
     try:
+        # Reading template.yaml can fail too (a schedule EventBridge rejects): a clear error, not a trace.
+        stack = LocalStack(_options(args))
         stack.start()
     except (EmulatorError, OSError, KeyError, ValueError) as exc:
         error(f"the stack did not start: {exc}")

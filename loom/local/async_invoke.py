@@ -32,6 +32,9 @@ DEFAULT_RETRIES = 2
 DEFAULT_MAX_AGE = 21600.0
 RETRY_DELAYS = (60.0, 120.0)  # before the second and the third attempt
 SCHEDULER_POLL = 0.5
+# Lambda's async queue holds events for hours; locally each waiting event is a thread. Past this
+# many at once (runs much slower than the tick, for long), new events are dropped and logged.
+MAX_BACKLOG = 64
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,12 @@ class AsyncInvoker:
         t = threading.Thread(target=self._attempt, args=(item,), name=f"async-{self._function}-run", daemon=True)
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive()]
-            self._threads.append(t)
+            backlog = len(self._threads)
+            if backlog < MAX_BACKLOG:
+                self._threads.append(t)
+        if backlog >= MAX_BACKLOG:
+            self._log.error("async.event_dropped", reason="local_backlog", event_id=item.event_id, backlog=backlog)
+            return
         t.start()
 
     def _attempt(self, item: AsyncEvent) -> None:

@@ -134,3 +134,24 @@ def test_a_retry_that_succeeds_ends_the_event() -> None:
     invoker.join()
     assert [a.verdict for a in invoker.attempts] == [Verdict.RETRY, Verdict.DONE]
     assert invoker.pending() == []
+
+
+def test_a_backlog_past_the_local_bound_drops_new_events_instead_of_growing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loom.local import async_invoke
+
+    monkeypatch.setattr(async_invoke, "MAX_BACKLOG", 2)
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def stuck(event: Any) -> Invocation:
+        started.release()
+        release.wait(WAIT)
+        return inv("ok")
+
+    invoker = AsyncInvoker(stuck, AsyncPolicy(), clock=Clock())
+    for _ in range(4):
+        invoker.submit({})
+    assert started.acquire(timeout=WAIT) and started.acquire(timeout=WAIT)
+    release.set()
+    invoker.join()
+    assert len(invoker.attempts) == 2  # the third and fourth were dropped, not queued without bound

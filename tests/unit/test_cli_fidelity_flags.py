@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,26 @@ def test_chaos_takes_the_option_and_refuses_it_for_a_running_stack(capsys: pytes
     args = parse("chaos", "duplicate_delivery", "--running", "--sqs-standard-chaos", "0.2")
     assert chaos_cli.run(args) == 2
     assert "loom up --sqs-standard-chaos" in capsys.readouterr().err
+
+
+def test_up_refuses_a_schedule_eventbridge_rejects_with_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import signal
+
+    from loom import template
+
+    real_load = template.load
+
+    def bad_schedule(path: Path | str = template.TEMPLATE) -> dict:
+        doc = real_load(path)
+        doc["Resources"]["SweeperFunction"]["Properties"]["Events"]["Tick"]["Properties"]["Schedule"] = "rate(5 minute)"
+        return doc
+
+    monkeypatch.setattr(template, "load", bad_schedule)
+    monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # _up_foreground installs its own handlers
+    assert local_cli._up_foreground(parse("up", "--port", "0", "--api-port", "0")) == 1
+    err = capsys.readouterr().err
+    assert "the stack did not start" in err and "EventBridge rejects 'rate(5 minute)'" in err
+    assert not list(tmp_path.glob("stack.json"))  # nothing started, nothing left behind
