@@ -7,13 +7,14 @@ and why, so a scenario that needs one is skipped with that reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -355,6 +356,28 @@ class Target:
             killed = docker_kill_container(host or "")
             return bool(killed), f"container {', '.join(killed) or host}"
         return self.kill(pid), f"pid {pid}"
+
+    @contextlib.contextmanager
+    def standard_delivery(self, rate: float) -> Iterator[dict[str, Any]]:
+        """Standard-queue delivery (reordered, sometimes duplicated) for the block; what it did lands in the dict.
+
+        The kit's own stack turns it on in its event source (raising a lower rate for the block).
+        AWS's queues do it already; a stack someone else runs is left as it is.
+        """
+        report: dict[str, Any] = {"mode": "sqs" if self.kind == "aws" else "as-is"}
+        stack = self.stack
+        if stack is None or not hasattr(stack, "set_sqs_standard_chaos"):
+            yield report
+            return
+        before = stack.sqs_chaos_counts()
+        previous = stack.set_sqs_standard_chaos(max(rate, stack.info.get("sqs_standard_chaos") or 0.0))
+        report["mode"] = "local-esm"
+        try:
+            yield report
+        finally:
+            stack.set_sqs_standard_chaos(previous)
+            after = stack.sqs_chaos_counts()
+            report.update({k: after[k] - before.get(k, 0) for k in after})
 
     def advance_time(self, seconds: float) -> None:
         if not self.can(TIME):

@@ -60,7 +60,24 @@ def register(sub: Any) -> None:
     up.add_argument("--host", default="127.0.0.1", help="address the emulator and control plane listen on")
     up.add_argument("--port", type=int, default=5230, help="embedded emulator port (0: any free port)")
     up.add_argument("--api-port", type=int, default=5231, help="control plane port (0: any free port)")
-    up.add_argument("--workers", type=int, default=2, help="worker processes: the worker's concurrency")
+    up.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (the worker's concurrency); default: the template's ReservedConcurrentExecutions / "
+        "ScalingConfig.MaximumConcurrency, else 2 (an approximation). A number here overrides the template",
+    )
+    up.add_argument(
+        "--sqs-standard-chaos",
+        type=_rate,
+        nargs="?",
+        const=0.1,
+        default=0.0,
+        metavar="RATE",
+        help="deliver step messages like a standard queue: shuffled batches, and at RATE (default 0.1) "
+        "messages held back to a later batch or delivered twice",
+    )
+    up.add_argument("--sqs-chaos-seed", type=int, default=0, help="seed of --sqs-standard-chaos's decisions")
     up.add_argument("--tick", type=float, default=None, help="seconds between sweeper runs (default: the template's)")
     up.add_argument(
         "--visibility-timeout", type=int, default=None, help="override the step queue's visibility timeout (seconds)"
@@ -138,6 +155,16 @@ def register(sub: Any) -> None:
 # ---------------------------------------------------------------------- helpers
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is between 0 and 1, not {value}")
+    return value
+
+
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     out = {}
     for item in items:
@@ -173,6 +200,10 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     package = info.get("package") or {}
     if package:
         out.write(f"  function package (SOURCES):  {' '.join(package.get('sources', []))}\n")
+    for function, plan in (info.get("concurrency") or {}).items():
+        out.write(f"  concurrency of {function}: {plan.get('note')}\n")
+    if info.get("sqs_standard_chaos"):
+        out.write(f"  standard-queue delivery:     reorder/duplicate at rate {info['sqs_standard_chaos']}\n")
     out.write(f"  stack file:                  {stackfile.path()}\n")
     out.flush()
 
@@ -250,6 +281,8 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
         workers=args.workers,
         tick=args.tick,
         state_dir=stackfile.state_dir(),
+        sqs_standard_chaos=args.sqs_standard_chaos,
+        sqs_chaos_seed=args.sqs_chaos_seed,
         env=_pairs(args.env, "--env"),
         timeouts={k: float(v) for k, v in _pairs(args.timeout, "--timeout").items()},
         queue_visibility_timeout=args.visibility_timeout,
@@ -281,7 +314,12 @@ def _up_foreground(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    stack = LocalStack(_options(args, relay.stream if relay else None))
+    try:
+        # Reading template.yaml can fail too (a schedule EventBridge rejects): a clear error, not a trace.
+        stack = LocalStack(_options(args, relay.stream if relay else None))
+    except (OSError, KeyError, ValueError) as exc:
+        error(f"the stack did not start: {exc}")
+        return 1
     watcher = None
     try:
         try:
@@ -360,7 +398,11 @@ def _up_detached(args: argparse.Namespace) -> int:
 
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     argv = ["up", "--emulator", args.emulator, "--host", args.host, "--port", str(args.port)]
-    argv += ["--api-port", str(args.api_port), "--workers", str(args.workers), "--log-level", args.log_level]
+    argv += ["--api-port", str(args.api_port), "--log-level", args.log_level]
+    if args.workers is not None:
+        argv += ["--workers", str(args.workers)]
+    if args.sqs_standard_chaos:
+        argv += ["--sqs-standard-chaos", str(args.sqs_standard_chaos), "--sqs-chaos-seed", str(args.sqs_chaos_seed)]
     if args.tick is not None:
         argv += ["--tick", str(args.tick)]
     if args.visibility_timeout is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 from urllib.parse import parse_qsl
+
+from loom import schedule
 
 ACCOUNT_ID = "123456789012"
 
@@ -115,16 +116,12 @@ def scheduled_event(rule_arn: str, region: str, now: float | None = None) -> dic
     }
 
 
-_RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
-_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
-
-
 def schedule_seconds(expression: str) -> float:
-    """Seconds between runs of a ``rate(...)`` expression (cron is not emulated)."""
-    match = _RATE.match(expression.strip())
-    if not match:
+    """Seconds between runs of a ``rate(...)`` expression (cron is checked, not emulated)."""
+    schedule.check(expression)  # ScheduleError (a ValueError) for what EventBridge rejects
+    if not expression.strip().startswith("rate("):
         raise ValueError(f"only rate(...) schedules run locally, not {expression!r}; use --tick")
-    return int(match.group(1)) * _UNITS[match.group(2).rstrip("s")]
+    return float(schedule.rate_seconds(expression))
 
 
 # ------------------------------------------------------------------ Function URL

@@ -33,7 +33,8 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
-from loom.local import procs, snapshot
+from loom.local import concurrency, procs, snapshot
+from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
 from loom.local.client import LocalApi
 from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
@@ -44,6 +45,7 @@ from loom.local.package import FunctionPackage
 from loom.local.package import build as build_package
 from loom.local.pool import FunctionPool, Invocation, output_file
 from loom.local.sigv4 import Principal, new_principal
+from loom.local.standard_queue import StandardQueueChaos
 from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 
@@ -91,8 +93,10 @@ class StackOptions:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT  # the embedded emulator's port; 0 picks a free one
     api_port: int = DEFAULT_API_PORT  # the control plane's port; 0 picks a free one
-    workers: int = 2  # worker processes (and SQS pollers): the function's concurrency
-    api_workers: int = 2
+    # Worker processes (and SQS pollers). None: the template's ReservedConcurrentExecutions /
+    # ScalingConfig.MaximumConcurrency, else 2 (logged as an approximation). A number overrides the template.
+    workers: int | None = None
+    api_workers: int | None = None  # the control plane's processes; None as for workers
     tick: float | None = None  # seconds between sweeper runs; None = the template's schedule
     state_dir: Path | None = None  # None = $LOOM_STATE_DIR or ./.loom
     env: Mapping[str, str] = field(default_factory=dict)  # extra env for every function
@@ -114,6 +118,10 @@ class StackOptions:
     persist: bool = False  # embedded: keep the data (and the clock offset) in state_dir across restarts
     fresh: bool = False  # with persist: forget what was saved and start empty
     heartbeat: float = 2.0  # seconds between touches of the stack file (when it was last alive)
+    # Standard-queue delivery: reorder and occasionally duplicate what the worker receives, at this
+    # rate (0 = off, the emulator's strict send order). Seeded, so a run can be replayed.
+    sqs_standard_chaos: float = 0.0
+    sqs_chaos_seed: int = 0
 
 
 class _EndpointSession:
@@ -163,6 +171,8 @@ class LocalStack:
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
         self._sweeper_thread: threading.Thread | None = None
+        self.sweeper_async: AsyncInvoker | None = None
+        self.concurrency: dict[str, concurrency.ConcurrencyPlan] = {}
         self._stopping = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self.restored: dict[str, Any] | None = None  # what a persistent start put back
@@ -284,6 +294,9 @@ class LocalStack:
             self._sweeper_thread.join(timeout=5)
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join(timeout=5)
+        if self.sweeper_async is not None:
+            self.sweeper_async.stop()
+            self.sweeper_async.join(timeout=2)
         if self._emulator is not None:
             with contextlib.suppress(Exception):
                 self._emulator.stop()
@@ -341,6 +354,22 @@ class LocalStack:
             env.update(opts.env)
             env.update(opts.function_env.get(logical_id, {}))
             self._envs[logical_id] = env
+        self._plan_concurrency()
+
+    def _plan_concurrency(self) -> None:
+        overrides = {"worker": self.options.workers, "api": self.options.api_workers, "sweeper": None}
+        for logical_id, role in self._roles.items():
+            plan = concurrency.plan(self._function_spec(logical_id), role, overrides[role])
+            self.concurrency[logical_id] = plan
+            # Info, not a warning: `loom up` prints the notes (see loom.cli.local), the kit's runs stay quiet.
+            self._log.info(
+                "stack.concurrency",
+                function=logical_id,
+                processes=plan.size,
+                source=plan.source.value,
+                approximate=plan.approximate,
+                note=plan.note,
+            )
 
     def _check_imports(self) -> None:
         """Every handler and workflow module imports from the package, or the stack does not come up."""
@@ -399,17 +428,16 @@ class LocalStack:
         return float(self.options.timeouts.get(logical_id, self._function_spec(logical_id).timeout))
 
     def _start_pools(self) -> None:
-        sizes = {"worker": self.options.workers, "sweeper": 1, "api": self.options.api_workers}
         package = self.package
         assert package is not None  # built first, in _start
-        for logical_id, role in self._roles.items():
+        for logical_id in self._roles:
             spec = self._function_spec(logical_id)
             self.pools[logical_id] = FunctionPool(
                 function=logical_id,
                 handler=spec.handler,
                 env=self._envs[logical_id],
                 timeout=self._timeout(logical_id),
-                size=max(1, sizes[role]),
+                size=self.concurrency[logical_id].size,
                 memory=spec.memory,
                 package=package,
                 output=self._output,
@@ -443,6 +471,7 @@ class LocalStack:
                         in (props.get("FunctionResponseTypes") or []),
                     ),
                     on_batch=self._batch_logged,
+                    chaos=StandardQueueChaos(opts.sqs_standard_chaos, opts.sqs_chaos_seed),
                 ).start()
             elif role == "api":
                 self._http = FunctionUrlServer(
@@ -450,13 +479,27 @@ class LocalStack:
                 ).start()
                 self.api_url = self._http.url
             elif role == "sweeper":
-                schedule = next(e["Properties"] for e in self._function_spec(logical_id).events.values())
-                self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
-                if opts.sweeper and schedule.get("Enabled", True):
-                    self._sweeper_thread = threading.Thread(
-                        target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
-                    )
-                    self._sweeper_thread.start()
+                self._start_schedule(logical_id)
+
+    def _start_schedule(self, logical_id: str) -> None:
+        """EventBridge's rule: every tick an asynchronous invocation, retried by the function's EventInvokeConfig."""
+        opts = self.options
+        spec = self._function_spec(logical_id)
+        schedule = self.template.resolve(
+            next(e["Properties"] for e in spec.events.values() if e.get("Type") == "Schedule"), self.refs
+        )
+        self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
+        self.sweeper_async = AsyncInvoker(
+            self.pools[logical_id].invoke,
+            AsyncPolicy.from_event_invoke_config(self.template.resolve(spec.event_invoke, self.refs)),
+            clock=self._function_clock,
+            function=logical_id,
+        ).start()
+        if opts.sweeper and schedule.get("Enabled", True):
+            self._sweeper_thread = threading.Thread(
+                target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
+            )
+            self._sweeper_thread.start()
 
     def _url_auth(self, logical_id: str) -> UrlAuth:
         props = self.template.resources[logical_id].get("Properties", {})
@@ -475,11 +518,15 @@ class LocalStack:
         stack = self.refs.get("AWS::StackName")
         return f"arn:aws:events:{self.options.region}:123456789012:rule/{stack}-{logical_id}Tick"
 
+    def _function_clock(self) -> float:
+        # The functions' clock (time travel included): `loom time advance 2m` makes a pending retry due.
+        return time.time() + offset_clock.read_offset(self.clock_offset_file)
+
     def _sweep_forever(self, logical_id: str) -> None:
-        assert self._tick_seconds is not None
+        assert self._tick_seconds is not None and self.sweeper_async is not None
         while not self._stopping.wait(self._tick_seconds):
-            with contextlib.suppress(Exception):
-                self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
+            # Fire and forget, as EventBridge does: a run still going does not hold the next tick back.
+            self.sweeper_async.submit(scheduled_event(self._rule_arn(logical_id), self.options.region))
 
     # ------------------------------------------------------------------ logging and the stack file
 
@@ -542,6 +589,10 @@ class LocalStack:
             "processes": procs.records(self.all_pids()),
             "persistent": bool(self.options.persist and self.options.emulator == "embedded"),
             "sweeper_tick_seconds": self._tick_seconds,
+            "concurrency": {
+                k: {"processes": p.size, "source": p.source.value, "note": p.note} for k, p in self.concurrency.items()
+            },
+            "sqs_standard_chaos": self._esm.chaos.rate if self._esm is not None else 0.0,
             "refs": {k: v for k, v in self.refs.items() if isinstance(v, (str, int, float))},
             "python": sys.executable,
             "package": None
@@ -625,6 +676,21 @@ class LocalStack:
     def invoke(self, logical_id: str, event: Any) -> Invocation:
         """Invoke one of the stack's functions directly (as ``aws lambda invoke`` would)."""
         return self.pools[logical_id].invoke(event)
+
+    def set_sqs_standard_chaos(self, rate: float) -> float:
+        """Turn standard-queue delivery on (rate > 0) or off (0) while the stack runs; the previous rate."""
+        if self._esm is None:
+            raise EmulatorError("the stack has no SQS-triggered function")
+        previous = self._esm.chaos.rate
+        self._esm.chaos.set_rate(rate)
+        self._log.info("esm.standard_queue_chaos", rate=rate, seed=self._esm.chaos.seed)
+        return previous
+
+    def sqs_chaos_counts(self) -> dict[str, int]:
+        """What standard-queue delivery did so far: batches, reordered, held, duplicated."""
+        if self._esm is None:
+            return {}
+        return dict(self._esm.chaos.counts().__dict__)
 
     def tick_sweeper(self) -> dict[str, Any]:
         """Run one sweeper invocation now, with a real scheduled event; its sweep report."""

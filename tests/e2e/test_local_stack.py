@@ -211,7 +211,8 @@ def test_sweeper_tick_and_time_travel_wake_a_sleeping_execution(stack):
 def test_down_leaves_no_process(tmp_path):
     info = up(tmp_path)
     pids = all_pids(info)
-    assert len(pids) == 2 + 2 + 1 + 2  # supervisor, emulator, workers, sweeper, control plane
+    # supervisor, emulator, workers, sweeper (2: its scheduled runs may overlap), control plane
+    assert len(pids) == 2 + 2 + 2 + 2
     down(tmp_path, info)
     assert not any(alive(pid) for pid in pids)
     assert loom(tmp_path, "down").returncode == 0  # a second down is harmless
