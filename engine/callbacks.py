@@ -158,7 +158,7 @@ def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec) -> 
         ex.attempt,
         name=st.name,
         token_hash=token_hash,
-        deadline=None if st.timeout is None else now + st.timeout,
+        deadline=None if st.wait_timeout is None else now + st.wait_timeout,
         heartbeat_timeout=st.heartbeat_timeout,
         heartbeat_deadline=None if st.heartbeat_timeout is None else now + st.heartbeat_timeout,
     )

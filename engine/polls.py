@@ -27,7 +27,7 @@ def poll_wait(ex: Execution, st: PollSpec, now: float) -> Wait:
     w = ex.wait
     if w is not None and w.kind is WaitKind.POLL and w.step == ex.current_step and w.attempt == ex.attempt:
         return w
-    deadline = None if st.timeout is None else now + st.timeout
+    deadline = None if st.wait_timeout is None else now + st.wait_timeout
     return Wait(WaitKind.POLL, ex.current_step, ex.attempt, name=st.name, deadline=deadline)
 
 

@@ -126,7 +126,7 @@ def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: SignalSpec) -> Li
         ex.current_step,
         ex.attempt,
         name=st.signal,
-        deadline=None if st.timeout is None else now + st.timeout,
+        deadline=None if st.wait_timeout is None else now + st.wait_timeout,
     )
     parked = park(parts, ex, tr.waiting_state(ex, wait, now))
     if parked is None:

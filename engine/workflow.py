@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from engine.retry import RetryPolicy
 Semantics = Literal["at_least_once", "at_most_once"]
 SEMANTICS: tuple[str, ...] = ("at_least_once", "at_most_once")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# Lambda's longest timeout: a step that needs more can never start in one invocation.
+MAX_STEP_TIMEOUT = 900.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ class StepSpec:
     name: str
     retry: RetryPolicy | None = None
     semantics: Semantics = "at_least_once"
+    # Longest the step may run, in seconds: it starts only when the invocation has this
+    # much left plus the reserve (None: the workflow's ``step_timeout``, else the reserve only).
+    timeout: float | None = None
 
     @property
     def is_sleep(self) -> bool:
@@ -99,7 +105,8 @@ class CallbackSpec(StepSpec):
     """``submit(ctx, token)`` hands the token out; the step then waits for its completion."""
 
     submit: Callable[[StepContext, str], Any] = _no_submit
-    timeout: float | None = None
+    # The wait's overall timeout (``timeout`` of StepSpec is how long the body may run).
+    wait_timeout: float | None = None
     heartbeat_timeout: float | None = None
 
 
@@ -108,7 +115,7 @@ class SignalSpec(StepSpec):
     """Waits for one signal named ``signal``; its payload is the step's result."""
 
     signal: str = ""
-    timeout: float | None = None
+    wait_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ class PollSpec(StepSpec):
     """``fn`` is the check: a result when done, ``NOT_YET`` to be called again after ``every``."""
 
     every: float = 60.0
-    timeout: float | None = None
+    wait_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -140,12 +147,29 @@ def step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     semantics: Semantics = "at_least_once",
+    timeout: float | None = None,
 ) -> StepSpec:
     if not callable(fn):
         raise WorkflowDefinitionError(f"step {fn!r} is not callable")
     if semantics not in SEMANTICS:
         raise WorkflowDefinitionError(f"semantics must be one of {SEMANTICS}, not {semantics!r}")
-    return StepSpec(fn=fn, name=name or fn.__name__, retry=retry, semantics=semantics)
+    return StepSpec(
+        fn=fn, name=name or fn.__name__, retry=retry, semantics=semantics, timeout=check_timeout(timeout, "timeout")
+    )
+
+
+def check_timeout(value: object, what: str) -> float | None:
+    """A step timeout in seconds: None, or a finite number in (0, MAX_STEP_TIMEOUT]."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_STEP_TIMEOUT
+    ):
+        raise WorkflowDefinitionError(f"{what} must be a number of seconds in (0, {MAX_STEP_TIMEOUT:g}], not {value!r}")
+    return float(value)
 
 
 def sleep(
@@ -194,7 +218,7 @@ def wait_for_callback(
         name=_wait_name(name, "callback name"),
         retry=retry,
         submit=submit,
-        timeout=_seconds(timeout, "timeout"),
+        wait_timeout=_seconds(timeout, "timeout"),
         heartbeat_timeout=_seconds(heartbeat_timeout, "heartbeat_timeout"),
     )
 
@@ -213,7 +237,7 @@ def wait_for_signal(
         name=_wait_name(step_name or f"signal_{name}", "step name"),
         retry=retry,
         signal=name,
-        timeout=_seconds(timeout, "timeout"),
+        wait_timeout=_seconds(timeout, "timeout"),
     )
 
 
@@ -233,7 +257,7 @@ def wait_until(
         name=_wait_name(name or check.__name__, "step name"),
         retry=retry,
         every=_seconds(every, "every", required=True) or 0.0,
-        timeout=_seconds(timeout, "timeout"),
+        wait_timeout=_seconds(timeout, "timeout"),
     )
 
 
@@ -267,30 +291,37 @@ class WorkflowSpec:
     name: str
     steps: tuple[Spec, ...]
     retry: RetryPolicy
+    # The timeout of steps that declare none.
+    step_timeout: float | None = None
 
     def policy_for(self, spec: StepSpec) -> RetryPolicy:
         return spec.retry or self.retry
 
+    def timeout_for(self, spec: StepSpec) -> float | None:
+        return spec.timeout if spec.timeout is not None else self.step_timeout
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "steps": [_describe_step(i, s) for i, s in enumerate(self.steps)],
+            "steps": [_describe_step(self, i, s) for i, s in enumerate(self.steps)],
         }
 
 
 _KINDS = {CallbackSpec: "callback", SignalSpec: "signal", PollSpec: "poll", ChildSpec: "child"}
 
 
-def _describe_step(i: int, s: Spec) -> dict[str, Any]:
+def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
     if isinstance(s, SleepSpec):
         return {"index": i, "name": s.name, "kind": "sleep", "seconds": s.seconds}
     kind = _KINDS.get(type(s))
     if kind is None:
-        return {"index": i, "name": s.name, "kind": "step", "semantics": s.semantics}
+        return {"index": i, "name": s.name, "kind": "step", "semantics": s.semantics, "timeout": spec.timeout_for(s)}
     return {"index": i, "name": s.name, "kind": kind}
 
 
-def build_spec(name: str, steps: Any, retry: RetryPolicy | None = None) -> WorkflowSpec:
+def build_spec(
+    name: str, steps: Any, retry: RetryPolicy | None = None, step_timeout: float | None = None
+) -> WorkflowSpec:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
     if not steps:
@@ -305,7 +336,12 @@ def build_spec(name: str, steps: Any, retry: RetryPolicy | None = None) -> Workf
             raise WorkflowDefinitionError(f"workflow {name!r}: {item!r} is not a step")
     if len(specs) > 999:
         raise WorkflowDefinitionError("a workflow has at most 999 steps")
-    return WorkflowSpec(name=name, steps=tuple(specs), retry=retry or RetryPolicy())
+    return WorkflowSpec(
+        name=name,
+        steps=tuple(specs),
+        retry=retry or RetryPolicy(),
+        step_timeout=check_timeout(step_timeout, f"workflow {name!r}: step_timeout"),
+    )
 
 
 class Registry:
@@ -344,10 +380,12 @@ default_registry = Registry()
 
 
 def workflow(name: str, *, registry: Registry | None = None) -> Callable[[type], type]:
-    """Class decorator: ``steps = [...]`` and optional ``retry = RetryPolicy(...)``."""
+    """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``."""
 
     def register(cls: type) -> type:
-        spec = build_spec(name, getattr(cls, "steps", None), getattr(cls, "retry", None))
+        spec = build_spec(
+            name, getattr(cls, "steps", None), getattr(cls, "retry", None), getattr(cls, "step_timeout", None)
+        )
         (registry or default_registry).add(spec)
         cls.spec = spec  # type: ignore[attr-defined]
         return cls

@@ -41,6 +41,8 @@ START_FIELDS = frozenset({"workflow", "input", "execution_id"})
 LIST_PARAMS = frozenset({"status", "workflow", "limit", "cursor"})
 DLQ_MAX = 100
 
+wiring.ensure_logging()  # at init, as Lambda imports the handler
+
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query.get(name)

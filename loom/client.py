@@ -66,6 +66,7 @@ class Target:
     url: str
     signed: bool
     region: str | None = None
+    credentials: Credentials | None = None  # the local stack's own principal; None: the default chain
 
 
 def is_loopback(host: str | None) -> bool:
@@ -95,7 +96,10 @@ def check_signable(url: str) -> None:
 
 
 def resolve_target(url: str | None, region: str | None) -> Target:
-    """``--url`` (signed) if given, else the local stack's control plane (unsigned)."""
+    """``--url`` if given, else the local stack's control plane; both are signed (AuthType AWS_IAM).
+
+    The local stack checks signatures against the principal it wrote to the stack file.
+    """
     if url:
         if not urlsplit(url).scheme or not urlsplit(url).netloc:
             raise ClientError(
@@ -109,14 +113,26 @@ def resolve_target(url: str | None, region: str | None) -> Target:
     stack = stackfile.read()
     if not stack or not stack.get("control_plane_url"):
         raise ClientError(NO_STACK)
-    return Target(str(stack["control_plane_url"]).rstrip("/"), signed=False, region=stack.get("region"))
+    if not stackfile.supervisor_running(stack):
+        raise ClientError(stackfile.not_running_message(stack))
+    url = str(stack["control_plane_url"]).rstrip("/")
+    if stack.get("emulator") == "aws":  # `loom up --emulator aws`: the deployed URL, the default chain
+        return Target(url, signed=True, region=stack.get("region") or region_from_url(url))
+    stored = stack.get("control_plane_credentials")
+    if not stored:
+        raise ClientError("the stack file has no control plane credentials: restart the stack with `loom up`")
+    try:
+        creds = Credentials(str(stored["access_key_id"]), str(stored["secret_access_key"]))
+    except (KeyError, TypeError):
+        raise ClientError("the stack file's control plane credentials are unreadable: restart `loom up`") from None
+    return Target(url, signed=True, region=stack.get("region"), credentials=creds)
 
 
 class ControlPlane:
     def __init__(self, target: Target, *, timeout: float = 30.0, credentials: Credentials | None = None) -> None:
         self.target = target
         self.timeout = timeout
-        self._credentials = credentials
+        self._credentials = credentials or target.credentials
 
     def _creds(self) -> Credentials:
         if self._credentials is None:
@@ -160,9 +176,18 @@ class ControlPlane:
             text = payload.get("Message") or payload.get("message") if isinstance(payload, dict) else payload
             raise ApiError(exc.code, f"http_{exc.code}", str(text or exc.reason), payload) from None
         except urllib.error.URLError as exc:
-            raise ClientError(f"cannot reach the control plane at {self.target.url}: {exc.reason}") from None
+            raise ClientError(self._unreachable(exc.reason)) from None
         except TimeoutError:
             raise ClientError(f"the control plane at {self.target.url} did not answer in {self.timeout:g}s") from None
+
+    def _unreachable(self, reason: Any) -> str:
+        if not self.target.signed:  # the local stack: say whether it died, not just "refused"
+            stack = stackfile.read()
+            if stack is None:
+                return f"the stack at {self.target.url} is not running (it was stopped); `loom up` starts it"
+            if not stackfile.supervisor_running(stack):
+                return stackfile.not_running_message(stack)
+        return f"cannot reach the control plane at {self.target.url}: {reason}"
 
     # ------------------------------------------------------------------ API
 

@@ -78,7 +78,7 @@ def test_the_attempts_in_the_history_count_against_a_result_which_then_fails_at_
     ex = rig.engine.get("full")
     assert ex.status is Status.FAILED and ex.error["type"] == "ResultTooLarge"
     assert ex.error["reason"] == "non_retryable" and rec.count("full") == FULL_DETAIL_ATTEMPTS + 1
-    assert str(DYNAMODB_ITEM_LIMIT) in ex.error["message"]
+    assert f"{DYNAMODB_ITEM_LIMIT:,}" in ex.error["message"]
 
 
 def test_a_failed_attempt_keeps_its_type_message_and_traceback(rig):
