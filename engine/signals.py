@@ -164,7 +164,7 @@ def consume_committed(parts: Parts, ex: Execution, st: SignalSpec, record: StepR
     """Mark consumed the signal a committed wait names (idempotent), before anyone advances."""
     won = record.attempts[-1] if record.attempts else None
     key = (won.detail or {}).get("signal") if won is not None else None
-    if key is None:
+    if key is None or won is None:
         return
     try:
         parts.store.consume_signal(ex.id, st.signal, key, f"{record.index}:{won.attempt}")

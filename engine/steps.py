@@ -59,7 +59,7 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
     started = parts.clock.now()
     log.info("step.started")
     try:
-        raw = st.fn(ctx)
+        raw: Any = st.fn(ctx)
         if raw is NOT_YET:
             return polls.not_yet(parts, ex, spec, st, started_at=started)
         result = check_result(ex, raw)
