@@ -211,7 +211,7 @@ class Demo:
             return False
         token = str(requests[-1]["callback_token"])
         answer = ok(
-            stack.api_url or "", "POST", f"/callbacks/{token}/succeed", {"result": {"paid": requests[-1]["amount"]}}
+            stack.api, "POST", f"/callbacks/{token}/succeed", {"result": {"paid": requests[-1]["amount"]}}
         )
         self.say(
             f"{workflow:<18} the provider calls back: POST /callbacks/<token>/succeed -> 200 "
