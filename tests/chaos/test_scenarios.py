@@ -92,3 +92,22 @@ def test_throttling(rows: dict[str, Result]) -> None:
     r = row(rows, "throttling")
     assert any(k.startswith("dynamodb:") for k in r.evidence["throttled"])
     assert any(k.startswith("sqs:") for k in r.evidence["throttled"])
+
+
+def test_callback_race(rows: dict[str, Result]) -> None:
+    r = row(rows, "callback_race")
+    assert len(r.evidence["winners"]) == 3 and "none" not in r.evidence["winners"].values()
+    race = r.evidence["timeout_race"]
+    assert (race["api"], race["history"]) in ((200, "completed"), (409, "failed"))
+
+
+def test_signal_race(rows: dict[str, Result]) -> None:
+    r = row(rows, "signal_race")
+    assert all(v == {"kept": 4, "consumed": 1} for v in r.evidence["signals"].values())
+    assert r.evidence["late_status"] == 409
+
+
+def test_child_crash(rows: dict[str, Result]) -> None:
+    r = row(rows, "child_crash")
+    assert r.evidence["after_children_runs"] == 1
+    assert sorted(r.evidence["statuses"].values()) == ["CANCELLED", "CANCELLED", "COMPLETED"]
