@@ -155,6 +155,18 @@ def cancel_children(parts: Parts, ex: Execution) -> None:
         execution_log(ex).info("child.cancel_skipped", child_id=w.child_id, reason=exc.code)
 
 
+def cancel_running_children(parts: Parts, ex: Execution) -> None:
+    """Cancel every child of a CANCELLED parent that is still running (a repeated cancel's cascade)."""
+    from engine import control
+
+    for kid in children_of(parts, ex):
+        if not Status(kid["status"]).terminal:
+            try:
+                control.cancel(parts, kid["id"])
+            except LoomError as exc:
+                execution_log(ex).info("child.cancel_skipped", child_id=kid["id"], reason=exc.code)
+
+
 def children_of(parts: Parts, ex: Execution) -> list[dict[str, Any]]:
     """Every child this execution started, with its status (for GET /executions/{id})."""
     try:
@@ -168,17 +180,18 @@ def children_of(parts: Parts, ex: Execution) -> list[dict[str, Any]]:
         ids += [str(a.detail["child"]) for a in record.attempts if a.detail and "child" in a.detail]
     if ex.wait is not None and ex.wait.child_id and ex.wait.child_id not in ids:
         ids.append(ex.wait.child_id)
+    if ex.current_step < len(spec.steps) and isinstance(spec.steps[ex.current_step], ChildSpec):
+        # The current attempt's child is in no history record yet (and a cancel clears the wait).
+        current = child_id(ex.id, ex.current_step, ex.attempt)
+        if current not in ids:
+            ids.append(current)
     found = []
     for cid in ids:
         kid = parts.store.get_execution(cid)
-        found.append(
-            {
-                "id": cid,
-                "workflow": None if kid is None else kid.workflow,
-                "status": None if kid is None else kid.status.value,
-            }
-        )
+        if kid is None:
+            continue
+        found.append({"id": cid, "workflow": kid.workflow, "status": kid.status.value})
     return found
 
 
-__all__ = ["begin", "cancel_children", "child_id", "children_of", "notify_parent", "resolve"]
+__all__ = ["begin", "cancel_children", "cancel_running_children", "child_id", "children_of", "notify_parent", "resolve"]

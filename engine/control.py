@@ -120,6 +120,9 @@ def cancel(parts: Parts, execution_id: str) -> Execution:
     ex = get(parts, execution_id)
     for _ in range(CONFLICT_RETRIES):
         if ex.terminal:
+            if ex.status is Status.CANCELLED:
+                # A repeated cancel finishes a cascade that a crash cut short (engine/children.py).
+                children.cancel_running_children(parts, ex)
             raise AlreadyTerminal(f"execution {execution_id!r} is already {ex.status.value}", status=ex.status.value)
         new = tr.cancelled_state(ex, parts.clock.now(), parts.config)
         try:

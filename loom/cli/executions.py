@@ -73,7 +73,9 @@ def register(sub: Any) -> None:
     )
 
     p = add("list", list_, "list executions, newest first")
-    p.add_argument("--status", type=status_filter, help="RUNNING, SLEEPING, COMPLETED, FAILED or CANCELLED (any case)")
+    p.add_argument(
+        "--status", type=status_filter, help="RUNNING, SLEEPING, WAITING, COMPLETED, FAILED or CANCELLED (any case)"
+    )
     p.add_argument("--workflow", help="only executions of this workflow")
     p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     p.add_argument("--cursor", help="next_cursor of the previous page")

@@ -81,3 +81,14 @@ def test_wait_invariants_hold_for_a_clean_run_and_fail_when_broken() -> None:
     assert check_waits(done, [_record({"signal": "k1"})], [sig, stray])  # consumed with no commit naming it
     unconsumed = replace(sig, consumed_by=None)
     assert check_waits(done, [_record({"signal": "k1"})], [unconsumed])  # moved on without consuming
+
+
+def test_child_ids_are_deterministic_and_fit_the_id_limit() -> None:
+    from engine.children import child_id
+    from engine.limits import check_execution_id
+
+    assert child_id("order-1", 2, 3) == "order-1--2-3"
+    long_parent = "p" * 128
+    cid = child_id(long_parent, 999, 12)
+    assert check_execution_id(cid) == cid and len(cid) <= 128 and cid.endswith("--999-12")
+    assert child_id(long_parent, 999, 12) == cid and child_id("q" * 128, 999, 12) != cid
