@@ -182,6 +182,18 @@ class Template:
             return self.condition(arg, refs)
         raise NotImplementedError(f"condition {key} is not supported locally")
 
+    def broken_rules(self, refs: dict[str, Any]) -> list[str]:
+        """The AssertDescription of every template rule these parameters break (CloudFormation
+        refuses such a stack before it creates anything; the local stack does the same)."""
+        broken = []
+        for name, rule in self.doc.get("Rules", {}).items():
+            if "RuleCondition" in rule and not self.truth(rule["RuleCondition"], refs):
+                continue
+            for assertion in rule.get("Assertions", []):
+                if not self.truth(assertion["Assert"], refs):
+                    broken.append(f"{name}: {assertion.get('AssertDescription', 'assertion failed')}")
+        return broken
+
 
 def _check_range(where: str, value: Any, low: int, high: int | None) -> None:
     if value is None or isinstance(value, dict):  # unset, or an intrinsic resolved later
@@ -257,18 +269,6 @@ class _LocalIntrinsics:
             return str(self._lookup(name, "attribute" if "." in name else "reference"))
 
         return _SUB_VARIABLE.sub(one, text)
-
-    def broken_rules(self, refs: dict[str, Any]) -> list[str]:
-        """The AssertDescription of every template rule these parameters break (CloudFormation
-        refuses such a stack before it creates anything; the local stack does the same)."""
-        broken = []
-        for name, rule in self.doc.get("Rules", {}).items():
-            if "RuleCondition" in rule and not self.truth(rule["RuleCondition"], refs):
-                continue
-            for assertion in rule.get("Assertions", []):
-                if not self.truth(assertion["Assert"], refs):
-                    broken.append(f"{name}: {assertion.get('AssertDescription', 'assertion failed')}")
-        return broken
 
 
 def local_stack_id(refs: dict[str, Any]) -> str:
