@@ -25,6 +25,7 @@ from engine.log import configure
 from loom.client import sign
 from loom.local.client import LocalApi, call
 from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
+from loom.local.package import FunctionPackage
 from loom.local.pool import FunctionPool
 from loom.local.sigv4 import new_principal
 from tests.logs import json_lines
@@ -36,14 +37,13 @@ PHYSICAL = "loom-dev-control-plane"
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def url(tmp_path_factory: pytest.TempPathFactory, fake_package: FunctionPackage) -> Iterator[dict[str, Any]]:
     logs = io.StringIO()
     configure("INFO", stream=logs)
     out_path = tmp_path_factory.mktemp("fn") / "function.log"
     output = open(out_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
     env = {
         "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": os.getcwd(),
         "AWS_REGION": REGION,
         "AWS_LAMBDA_FUNCTION_NAME": PHYSICAL,
         "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{PHYSICAL}",
@@ -54,6 +54,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env=env,
         timeout=1.5,
         output=output,
+        package=fake_package,
     ).start()
     principal = new_principal()
     server = FunctionUrlServer(pool, UrlAuth.iam(REGION, principal)).start()

@@ -155,10 +155,12 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path):
 
 DRIVER = textwrap.dedent(
     """
-    import json, sys, threading
+    import json, sys, tempfile, threading
+    from loom.local.package import build
     from loom.local.pool import FunctionPool
+    package = build(tempfile.mkdtemp(), [sys.argv[1] + "/tests"])
     pool = FunctionPool(function="Fake", handler="tests.e2e.fake_handlers.sleepy",
-                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": sys.argv[1]}, timeout=120).start()
+                        env={"PATH": "/usr/bin:/bin"}, timeout=120, package=package).start()
     threading.Thread(target=pool.invoke, args=({"seconds": 100},), daemon=True).start()
     print(json.dumps(pool.pids()), flush=True)
     threading.Event().wait()

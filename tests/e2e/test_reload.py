@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from loom.local.package import FunctionPackage
 from loom.local.pool import FunctionPool
 
 pytestmark = pytest.mark.e2e
@@ -16,9 +17,19 @@ pytestmark = pytest.mark.e2e
 H = "tests.e2e.fake_handlers"
 
 
+@pytest.fixture(autouse=True)
+def _package(fake_package: FunctionPackage) -> None:
+    _packages[:] = [fake_package]
+
+
+_packages: list[FunctionPackage] = []
+
+
 def _pool(handler: str, size: int = 1) -> FunctionPool:
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.getcwd()}
-    return FunctionPool(function="Fake", handler=f"{H}.{handler}", env=env, timeout=30, size=size).start()
+    env = {"PATH": os.environ.get("PATH", "")}
+    return FunctionPool(
+        function="Fake", handler=f"{H}.{handler}", env=env, timeout=30, size=size, package=_packages[0]
+    ).start()
 
 
 def test_recycle_replaces_idle_processes_with_ones_that_import_the_code_again():
