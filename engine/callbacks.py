@@ -32,7 +32,6 @@ from engine.errors import (
     CallbackNotFound,
     ConflictError,
     InvalidInput,
-    LoomError,
     MalformedToken,
     PayloadTooLarge,
     ResultTooLarge,
@@ -276,8 +275,6 @@ def _succeed(
         parts.store.commit_step(ex.id, tok.step, st.name, attempt, stored)
     except ConflictError:
         return _repeat(parts, ex, spec, st, tok, Action.SUCCEED, digest, log)
-    except PayloadTooLarge:
-        raise
     log.info("callback.completed")
     _advance(parts, ex, spec, st, stored)
     return Completion(ex.id, tok.step, tok.attempt, Action.SUCCEED, repeat=False)
@@ -383,4 +380,4 @@ def _repeat(
     return Completion(ex.id, tok.step, tok.attempt, action, repeat=True)
 
 
-__all__ = ["Action", "Completion", "LoomError", "complete", "issue", "parse"]
+__all__ = ["Action", "Completion", "CompletionVerdict", "Token", "check_completion", "complete", "issue", "parse"]
