@@ -6,7 +6,9 @@ callback token that never reaches the logs."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -180,12 +182,20 @@ def loom(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.server
 def test_cli_callback_and_signal(stack: dict[str, Any], capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+    """The token may come from stdin; it is never printed back."""
     fn: Functions = stack["fn"]
     loom(capsys, "start", "payment_webhook", "--input", '{"amount": 3}', "--id", "cli-pay")
     fn.drain()
     token = token_for(fn, "cli-pay")
     code, out, _ = loom(capsys, "callback", "heartbeat", token)
     assert code == 0 and "callback heartbeat" in out and token not in out
+    stdin = sys.stdin
+    sys.stdin = io.StringIO(token + "\n")  # `-` keeps the token out of the shell's history
+    try:
+        code, out, _ = loom(capsys, "callback", "heartbeat", "-")
+    finally:
+        sys.stdin = stdin
+    assert code == 0 and "callback heartbeat" in out
     code, out, _ = loom(capsys, "callback", "succeed", token, "--result", '{"paid": 3}')
     assert code == 0 and out.strip() == "callback succeed accepted (execution cli-pay, step 1)"
     code, out, _ = loom(capsys, "callback", "succeed", token, "--result", '{"paid": 3}')
