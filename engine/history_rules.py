@@ -12,8 +12,10 @@ them, and ``tests/integration/test_history_rules.py`` checks that both agree.
 - COMMIT_ONCE: a step is COMPLETED at most once; later commits lose.
 - FAILED_IS_FINAL: a late success of an attempt that was already given up on
   (FAILED at that attempt or a later one) must not resurrect the step.
-- ONE_RECORD_PER_ATTEMPT: each attempt number appears once in the history;
-  a failure of an attempt that is already recorded is refused.
+- ONE_RECORD_PER_ATTEMPT: each attempt number appears once in the history; a
+  failure *or a commit* of an attempt that is already recorded is refused. (Two
+  runs of one attempt, an unguarded first run and a guarded redelivery, may both
+  finish: the first record stands, the second run follows it.)
 - NO_FAILURE_AFTER_COMMIT: once COMPLETED, no failure is recorded.
 """
 
@@ -43,8 +45,10 @@ def commit_refused_by(record: StepRecord | None, attempt: int) -> HistoryRule | 
         return None
     if record.status is StepStatus.COMPLETED:
         return HistoryRule.COMMIT_ONCE
-    if record.status is StepStatus.FAILED and last_attempt(record) >= attempt:
-        return HistoryRule.FAILED_IS_FINAL
+    if last_attempt(record) >= attempt:
+        if record.status is StepStatus.FAILED:
+            return HistoryRule.FAILED_IS_FINAL
+        return HistoryRule.ONE_RECORD_PER_ATTEMPT
     return None
 
 

@@ -5,6 +5,8 @@ take that for its own write, not for another writer's (DESIGN.md, "Write tokens"
 
 from __future__ import annotations
 
+import io
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,9 +14,11 @@ from typing import Any
 import pytest
 
 from engine import NonRetryableError, Registry, RetryPolicy, Status, StepMessage, step
+from engine.log import configure
 from engine.messages import MessageKind
 from engine.state import AttemptOutcome
 from tests.integration.engine_support import LostAnswers, Recorder, Rig, WriteKind, add_workflow, dead_letters
+from tests.logs import json_lines
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +43,9 @@ def reg(rec: Recorder) -> Registry:
     add_workflow(
         reg, "once", [step(rec.step("pay"), semantics="at_most_once", retry=RetryPolicy(max_attempts=1)), rec.step("b")]
     )
-    add_workflow(reg, "flaky", [step(rec.step("f", fail_first), retry=RetryPolicy(base=5, jitter="none")), rec.step("g")])
+    add_workflow(
+        reg, "flaky", [step(rec.step("f", fail_first), retry=RetryPolicy(base=5, jitter="none")), rec.step("g")]
+    )
     add_workflow(reg, "doomed", [step(rec.step("d", refuse))])
     return reg
 
@@ -47,6 +53,14 @@ def reg(rec: Recorder) -> Registry:
 @pytest.fixture
 def lost(rig: Rig) -> LostAnswers:
     return LostAnswers(rig.aws["dynamodb"])
+
+
+@pytest.fixture
+def logs() -> io.StringIO:
+    """The engine's log lines at INFO (the autouse fixture sets the level back for the next test)."""
+    stream = io.StringIO()
+    configure("INFO", stream)
+    return stream
 
 
 def settle(rig: Rig, execution_id: str) -> None:
@@ -99,8 +113,11 @@ CASES = {
 }
 
 
-def ending(rig: Rig, rec: Recorder, execution_id: str, began: float) -> dict[str, Any]:
-    """Everything about how an execution ended that a lost answer must not change."""
+def run(rig: Rig, rec: Recorder, logs: io.StringIO, case: Case, execution_id: str) -> dict[str, Any]:
+    """Drive one execution; everything about how it ended that a lost answer must not change,
+    down to the store calls it cost and what the engine logged (no "lost race" path taken)."""
+    began, calls = rig.clock.now(), Counter(rig.store.calls)
+    case.drive(rig, case.workflow, execution_id)
     ex = rig.engine.get(execution_id)
     return {
         "status": ex.status,
@@ -108,6 +125,8 @@ def ending(rig: Rig, rec: Recorder, execution_id: str, began: float) -> dict[str
         "error": None if ex.error is None else (ex.error["type"], ex.error["reason"]),
         "version": ex.version,
         "elapsed": rig.clock.now() - began,
+        "store_calls": rig.store.calls - calls,
+        "events": [line["event"] for line in json_lines(logs.getvalue()) if line.get("execution_id") == execution_id],
         "runs": [(i, a) for e, i, a in rec.runs if e == execution_id],
         "history": [
             (r.index, r.status, [(a.attempt, a.outcome) for a in r.attempts]) for r in rig.engine.history(execution_id)
@@ -121,17 +140,12 @@ def test_the_cases_cover_every_write_kind() -> None:
 
 
 @pytest.mark.parametrize("kind", list(WriteKind), ids=str)
-def test_an_execution_ends_the_same_when_a_write_answer_is_lost(rig: Rig, rec: Recorder, lost: LostAnswers, kind):
-    case = CASES[kind]
-    began = rig.clock.now()
-    case.drive(rig, case.workflow, "calm")
-    expected = ending(rig, rec, "calm", began)
-
+def test_an_execution_ends_the_same_when_a_write_answer_is_lost(rig: Rig, rec: Recorder, lost: LostAnswers, logs, kind):
+    expected = run(rig, rec, logs, CASES[kind], "calm")
     lost.arm(kind)
-    began = rig.clock.now()
-    case.drive(rig, case.workflow, "lossy")
+    got = run(rig, rec, logs, CASES[kind], "lossy")
     assert lost.lost == [kind], "the fault was not injected: the scenario never made that write"
-    assert ending(rig, rec, "lossy", began) == expected
+    assert got == expected
     rig.store.assert_versions_contiguous()
 
 
@@ -150,10 +164,11 @@ def test_a_lost_start_mark_answer_does_not_fail_an_at_most_once_step_that_never_
 def test_a_lost_advance_answer_still_sends_the_next_step_at_once(rig, lost):
     """Symptom (b): the next message was never sent and the run waited for the lease."""
     lost.arm(WriteKind.ADVANCE)
+    began = rig.clock.now()
     rig.engine.start("two", {}, execution_id="adv")
     rig.driver.pump()
     assert rig.status("adv") == "COMPLETED", "finished without the sweeper"
-    assert rig.clock.now() == 0.0, "no engine time spent waiting for a lease"
+    assert rig.clock.now() == began, "no engine time spent waiting for a lease"
     assert StepMessage("adv", 1, 1, MessageKind.STEP) in [s.message for s in rig.queue.sent]
 
 
