@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -59,6 +60,7 @@ MAY_RECORD_FAILURE = f"{ONE_RECORD_PER_ATTEMPT} AND {NO_FAILURE_AFTER_COMMIT}"
 # the same token twice, so a resent list_append cannot append twice whatever the rules say.
 TOKEN = "wt"
 NOT_THIS_WRITE = f"(attribute_not_exists({TOKEN}) OR {TOKEN} <> :wt)"
+ALL_OLD = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
 
 def exec_pk(execution_id: str) -> str:
@@ -167,36 +169,38 @@ class DynamoStore:
     def _capacity(self) -> dict[str, str]:
         return {"ReturnConsumedCapacity": self.return_consumed_capacity}
 
-    def _write(
-        self, call: Callable[..., Any], token: str, decode: Callable[[dict[str, Any]], object], **request: Any
-    ) -> None:
-        """One conditional write carrying ``token``.
+    @contextmanager
+    def _conditional(self, token: str, decode: Callable[[dict[str, Any]], object]) -> Iterator[None]:
+        """Around one conditional write that carries ``token`` and asks for ``ALL_OLD``.
 
-        Returns if it landed, on this try or on an earlier one whose answer was lost.
-        Raises ``ConflictError`` with the winning item decoded in ``current`` otherwise.
+        The write counts as done if it landed, on this try or on an earlier one whose
+        answer was lost. Otherwise ``ConflictError``, with the winning item decoded in
+        ``current``.
         """
         try:
             with mapped(f"table {self._table}"):
-                call(
-                    TableName=self._table, ReturnValuesOnConditionCheckFailure="ALL_OLD", **request, **self._capacity()
-                )
+                yield
         except ConflictError as exc:
             winner = _winner(exc)
             if winner is not None and winner.get(TOKEN) == _s(token):
                 return  # our own earlier try landed; only its answer was lost
             raise ConflictError(exc.message, current=None if winner is None else decode(winner)) from exc.__cause__
 
+    def _step_decoder(self, execution_id: str) -> Callable[[dict[str, Any]], object]:
+        return lambda item: self._record(execution_id, item)
+
     # ------------------------------------------------------------- executions
 
     def create_execution(self, execution: Execution) -> None:
         token = _token()
-        self._write(
-            self._db.put_item,
-            token,
-            self._execution,
-            Item={**self._item(execution), TOKEN: _s(token)},
-            ConditionExpression="attribute_not_exists(PK)",
-        )
+        with self._conditional(token, self._execution):
+            self._db.put_item(
+                TableName=self._table,
+                Item={**self._item(execution), TOKEN: _s(token)},
+                ConditionExpression="attribute_not_exists(PK)",
+                **ALL_OLD,
+                **self._capacity(),
+            )
 
     def get_execution(self, execution_id: str) -> Execution | None:
         with mapped(f"table {self._table}"):
@@ -211,14 +215,15 @@ class DynamoStore:
 
     def put_execution(self, execution: Execution, *, expected_version: int, expected_step: int) -> None:
         token = _token()
-        self._write(
-            self._db.put_item,
-            token,
-            self._execution,
-            Item={**self._item(execution), TOKEN: _s(token)},
-            ConditionExpression="version = :v AND current_step = :s",
-            ExpressionAttributeValues={":v": _n(expected_version), ":s": _n(expected_step)},
-        )
+        with self._conditional(token, self._execution):
+            self._db.put_item(
+                TableName=self._table,
+                Item={**self._item(execution), TOKEN: _s(token)},
+                ConditionExpression="version = :v AND current_step = :s",
+                ExpressionAttributeValues={":v": _n(expected_version), ":s": _n(expected_step)},
+                **ALL_OLD,
+                **self._capacity(),
+            )
 
     # ----------------------------------------------------------------- history
 
@@ -226,32 +231,33 @@ class DynamoStore:
         self, execution_id: str, index: int, name: str, attempt: Attempt, result: dict[str, Any] | None
     ) -> None:
         token = _token()
-        self._write(
-            self._db.update_item,
-            token,
-            lambda item: self._record(execution_id, item),
-            Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
-            UpdateExpression=(
-                "SET #s = :done, #r = :r, idx = :i, #n = :name, finished_at = :f, last_attempt = :a, "
-                f"started_at = if_not_exists(started_at, :st), {TOKEN} = :wt, "
-                "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
-            ),
-            ConditionExpression=f"{MAY_COMMIT} AND {NOT_THIS_WRITE}",
-            ExpressionAttributeNames={"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
-            ExpressionAttributeValues={
-                ":done": _s(StepStatus.COMPLETED.value),
-                ":failed": _s(StepStatus.FAILED.value),
-                ":r": _s(canonical_json(result)),
-                ":i": _n(index),
-                ":name": _s(name),
-                ":f": _n(attempt.finished_at),
-                ":st": _n(attempt.started_at),
-                ":a": _n(attempt.attempt),
-                ":empty": {"L": []},
-                ":att": {"L": [_s(canonical_json(attempt.to_dict()))]},
-                ":wt": _s(token),
-            },
-        )
+        with self._conditional(token, self._step_decoder(execution_id)):
+            self._db.update_item(
+                TableName=self._table,
+                Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
+                UpdateExpression=(
+                    "SET #s = :done, #r = :r, idx = :i, #n = :name, finished_at = :f, last_attempt = :a, "
+                    f"started_at = if_not_exists(started_at, :st), {TOKEN} = :wt, "
+                    "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
+                ),
+                ConditionExpression=f"{MAY_COMMIT} AND {NOT_THIS_WRITE}",
+                ExpressionAttributeNames={"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
+                ExpressionAttributeValues={
+                    ":done": _s(StepStatus.COMPLETED.value),
+                    ":failed": _s(StepStatus.FAILED.value),
+                    ":r": _s(canonical_json(result)),
+                    ":i": _n(index),
+                    ":name": _s(name),
+                    ":f": _n(attempt.finished_at),
+                    ":st": _n(attempt.started_at),
+                    ":a": _n(attempt.attempt),
+                    ":empty": {"L": []},
+                    ":att": {"L": [_s(canonical_json(attempt.to_dict()))]},
+                    ":wt": _s(token),
+                },
+                **ALL_OLD,
+                **self._capacity(),
+            )
 
     def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:
         status = StepStatus.FAILED if final else StepStatus.RETRYING
@@ -277,16 +283,17 @@ class DynamoStore:
             update += ", finished_at = :f"
             values[":f"] = _n(attempt.finished_at)
         try:
-            self._write(
-                self._db.update_item,
-                token,
-                lambda item: self._record(execution_id, item),
-                Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
-                UpdateExpression=update,
-                ConditionExpression=f"{MAY_RECORD_FAILURE} AND {NOT_THIS_WRITE}",
-                ExpressionAttributeNames={"#s": "status", "#e": "error", "#n": "name"},
-                ExpressionAttributeValues=values,
-            )
+            with self._conditional(token, self._step_decoder(execution_id)):
+                self._db.update_item(
+                    TableName=self._table,
+                    Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
+                    UpdateExpression=update,
+                    ConditionExpression=f"{MAY_RECORD_FAILURE} AND {NOT_THIS_WRITE}",
+                    ExpressionAttributeNames={"#s": "status", "#e": "error", "#n": "name"},
+                    ExpressionAttributeValues=values,
+                    **ALL_OLD,
+                    **self._capacity(),
+                )
         except ConflictError:
             return False
         return True
