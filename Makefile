@@ -5,6 +5,8 @@ PYTHON ?= python3.12
 PLATFORM ?= manylinux2014_aarch64
 # Your own workflow packages go here too; a chaos deployment adds chaos (for chaos.workflows):
 #   SOURCES='engine functions workflows chaos' sam build
+# `loom up` reads this same variable (from the environment, else this default line) and runs
+# its local functions from the same package: keep the default on one line.
 SOURCES ?= engine functions workflows
 
 build-WorkerFunction build-SweeperFunction build-ControlPlaneFunction:

@@ -3,6 +3,11 @@
 Must show: each step committed once; the duplicates no-op (a copy that lands
 while its step still runs may run the body again, but its commit loses and the
 idempotent effect lands once).
+
+On the kit's own stack the event source also delivers like a standard queue for
+the whole scenario (shuffled batches, some messages held back, some delivered
+twice with the same MessageId): the duplicates SQS itself makes, next to the
+copies the scenario sends.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ FAULT = "copies of in-flight step messages sent to the queue"
 EXECUTIONS = 3
 STEPS = 10
 PEEKED_COPIES = 40
+STANDARD_RATE = 0.25  # of messages held back, and of deliveries repeated, by the local event source
 
 
 def run(t: Target, r: Result) -> None:
     ids = [new_id(NAME, i) for i in range(EXECUTIONS)]
     hold = {f"stage_{k}": 0.25 for k in range(STEPS)}
     copies_at_start = copies_peeked = copies_by_step = 0
-    with Watcher(t) as w:
+    with t.standard_delivery(STANDARD_RATE) as delivery, Watcher(t) as w:
         w.add(*ids)
         for eid in ids:
             t.start("pipeline", {"chaos": {"hold": hold}}, eid)
@@ -66,7 +72,16 @@ def run(t: Target, r: Result) -> None:
         f"{total - extra_runs} copies no-op'd as stale, {extra_runs} re-ran a step whose commit lost"
     )
     r.recovery_seconds = round(recovered - first_fault, 2)
-    r.evidence.update(copies=total, extra_body_runs=extra_runs, effects=effects, queue_after=depth)
+    r.evidence.update(
+        copies=total, extra_body_runs=extra_runs, effects=effects, queue_after=depth, standard_delivery=delivery
+    )
+    if delivery["mode"] == "local-esm":
+        r.injected += (
+            f"; standard-queue delivery: {delivery.get('duplicated', 0)} redelivered, "
+            f"{delivery.get('held', 0)} held back, {delivery.get('reordered', 0)} batches reordered"
+        )
+        r.expect(delivery.get("duplicated", 0) > 0, "the event source delivered no message twice")
+        r.expect(delivery.get("reordered", 0) + delivery.get("held", 0) > 0, "the event source never reordered")
     verify(r, t, w, ids)
     r.expect(effects == EXECUTIONS * STEPS, f"{effects} effects landed, expected {EXECUTIONS * STEPS}")
     r.expect(total > 0, "no duplicate was injected")

@@ -27,6 +27,8 @@ def open_target(
     running: bool = False,
     stack_name: str | None = None,
     workers: int = 2,
+    sqs_standard_chaos: float = 0.0,
+    sqs_chaos_seed: int = 0,
 ) -> Iterator[Target]:
     """The target to run against: a given stack, the running one, a deployed one, or a fresh chaos stack."""
     if stack is not None:
@@ -47,7 +49,9 @@ def open_target(
     from engine.log import configure
 
     configure("WARNING", stream=sys.stderr)  # the stack's own info logs would drown the table
-    with chaos_stack(emulator=emulator, workers=workers) as target:
+    with chaos_stack(
+        emulator=emulator, workers=workers, sqs_standard_chaos=sqs_standard_chaos, sqs_chaos_seed=sqs_chaos_seed
+    ) as target:
         yield target
 
 
@@ -59,11 +63,20 @@ def run_all(
     out: TextIO | None = sys.stdout,
     running: bool = False,
     stack_name: str | None = None,
+    sqs_standard_chaos: float = 0.0,
+    sqs_chaos_seed: int = 0,
 ) -> list[Result]:
     """Run the named scenarios (all by default), one after another, on one target."""
     chosen = [scenario(n) for n in (names or SCENARIOS)]
     results: list[Result] = []
-    with open_target(stack, emulator=emulator, running=running, stack_name=stack_name) as target:
+    with open_target(
+        stack,
+        emulator=emulator,
+        running=running,
+        stack_name=stack_name,
+        sqs_standard_chaos=sqs_standard_chaos,
+        sqs_chaos_seed=sqs_chaos_seed,
+    ) as target:
         if out is not None:
             print(
                 f"chaos: {len(chosen)} scenario(s) against {target.kind} ({target.endpoint_url or 'AWS'})",

@@ -39,8 +39,11 @@ def chaos_stack(
     extra_env: Mapping[str, str] | None = None,
     state_dir: Path | None = None,
     seed: int = 0,
+    sqs_standard_chaos: float = 0.0,
+    sqs_chaos_seed: int = 0,
 ) -> Iterator[Target]:
     """A LocalStack of its own with the crash hook on and the throttling proxy in front of the emulator."""
+    from loom.local.package import makefile_sources
     from loom.local.stack import LocalStack, StackOptions
 
     with contextlib.ExitStack() as stack_ctx:
@@ -58,12 +61,17 @@ def chaos_stack(
             state_dir=state_dir,
             env=env,
             function_env={"WorkerFunction": {"LOOM_CHAOS_CRASH_AFTER_CHECKPOINT": "on"}},
+            # The functions load chaos.workflows: package it, as `SOURCES='... chaos' sam build` does.
+            sources=(*makefile_sources(), "chaos"),
             timeouts={"WorkerFunction": WORKER_TIMEOUT},
             queue_visibility_timeout=QUEUE_VISIBILITY,
             log_file=state_dir / "stack.log",
             write_stack_file=False,
             # On a LocalStack that `loom up` may share, the kit's resources get names of their own.
             parameters={"Stage": "chaos"} if emulator == "localstack" else {},
+            # Standard-queue delivery (reordered, sometimes duplicated) for the whole run when asked.
+            sqs_standard_chaos=sqs_standard_chaos,
+            sqs_chaos_seed=sqs_chaos_seed,
         )
         stack = stack_ctx.enter_context(LocalStack(opts))
         proxy.upstream = stack.endpoint_url

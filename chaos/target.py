@@ -7,15 +7,14 @@ and why, so a scenario that needs one is skipped with that reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -59,6 +58,7 @@ class Target:
     queue_url: str
     dlq_url: str
     api_url: str | None = None
+    api_credentials: Any = None  # botocore Credentials the local control plane accepts (SigV4)
     stack: Any = None  # a loom.local.stack.LocalStack when the kit drives one
     clock_offset_file: Path | None = None
     proxy: Any = None  # chaos.throttle.ThrottleProxy when the functions talk through it
@@ -95,6 +95,7 @@ class Target:
             queue_url=refs.get("StepQueue") or info["queue_url"],
             dlq_url=refs.get("DeadLetterQueue") or info["dlq_url"],
             api_url=getattr(stack, "api_url", None) or info.get("control_plane_url"),
+            api_credentials=stack.principal.credentials() if hasattr(stack, "principal") else None,
             stack=stack,
             clock_offset_file=Path(offset) if offset else None,
             proxy=proxy,
@@ -114,6 +115,11 @@ class Target:
             CHAOS_WORKFLOWS: "the running stack may not load chaos.workflows",
         }
         offset = info.get("clock_offset_file")
+        from loom.local.sigv4 import Principal
+
+        # Without the stack's credentials the control plane answers 403: use the engine API.
+        stored = info.get("control_plane_credentials")
+        creds = Principal.from_json(stored) if stored else None
         return cls(
             kind=kind,
             region=info.get("region") or "us-east-1",
@@ -121,7 +127,8 @@ class Target:
             table=info["table"],
             queue_url=info["queue_url"],
             dlq_url=info["dlq_url"],
-            api_url=info.get("control_plane_url"),
+            api_url=info.get("control_plane_url") if creds else None,
+            api_credentials=creds.credentials() if creds else None,
             clock_offset_file=Path(offset) if offset else None,
             missing=missing,
             settings={},
@@ -307,19 +314,12 @@ class Target:
         return {"results": [r.__dict__ for r in results], "summary": dead_letters.summarize(results)}
 
     def http(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-        assert self.api_url
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.api_url.rstrip("/") + path, data=data, method=method, headers={"content-type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            try:
-                return exc.code, json.loads(exc.read() or b"{}")
-            except ValueError:
-                return exc.code, {}
+        """A SigV4-signed call to the local control plane, as the CLI makes it."""
+        from loom.local.client import LocalApi, call
+
+        assert self.api_url and self.api_credentials is not None
+        status, answer = call(LocalApi(self.api_url, self.api_credentials, self.region), method, path, body, 60)
+        return status, answer if isinstance(answer, dict) else {}
 
     # ------------------------------------------------------------ stack levers
 
@@ -356,6 +356,28 @@ class Target:
             killed = docker_kill_container(host or "")
             return bool(killed), f"container {', '.join(killed) or host}"
         return self.kill(pid), f"pid {pid}"
+
+    @contextlib.contextmanager
+    def standard_delivery(self, rate: float) -> Iterator[dict[str, Any]]:
+        """Standard-queue delivery (reordered, sometimes duplicated) for the block; what it did lands in the dict.
+
+        The kit's own stack turns it on in its event source (raising a lower rate for the block).
+        AWS's queues do it already; a stack someone else runs is left as it is.
+        """
+        report: dict[str, Any] = {"mode": "sqs" if self.kind == "aws" else "as-is"}
+        stack = self.stack
+        if stack is None or not hasattr(stack, "set_sqs_standard_chaos"):
+            yield report
+            return
+        before = stack.sqs_chaos_counts()
+        previous = stack.set_sqs_standard_chaos(max(rate, stack.info.get("sqs_standard_chaos") or 0.0))
+        report["mode"] = "local-esm"
+        try:
+            yield report
+        finally:
+            stack.set_sqs_standard_chaos(previous)
+            after = stack.sqs_chaos_counts()
+            report.update({k: after[k] - before.get(k, 0) for k in after})
 
     def advance_time(self, seconds: float) -> None:
         if not self.can(TIME):

@@ -7,12 +7,13 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+from engine.error_report import error_info
 from engine.errors import MalformedMessage
 from engine.log import get_logger
 from engine.messages import StepMessage
+from engine.outcome import OutcomeStatus
 from engine.ports import Queue
 from engine.runtime import Engine, Remaining
-from engine.state import error_info
 
 
 class Heartbeat:
@@ -51,9 +52,13 @@ class Heartbeat:
     ) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self._interval + 5)
+            # No timeout: an extension still running after the handler returned would act on
+            # messages SQS is deleting. Each call is bounded by the queue client's own timeouts.
+            self._thread.join()
 
     def done(self, message_id: str) -> None:
+        """Stop extending ``message_id``; waits out an extension in progress, so that once this
+        returns the heartbeat never touches the message again."""
         with self._lock:
             self._pending.pop(message_id, None)
 
@@ -61,15 +66,21 @@ class Heartbeat:
         log = get_logger(execution_id=None, step=None, attempt=None)
         while not self._stop.wait(self._interval):
             with self._lock:
-                pending = list(self._pending.items())
-            for message_id, receipt in pending:
-                try:
-                    self._queue.change_visibility(receipt, self._extend_to)
+                message_ids = list(self._pending)
+            for message_id in message_ids:
+                # Checked and extended under the lock: ``done`` cannot slip in between.
+                with self._lock:
+                    receipt = self._pending.get(message_id)
+                    if receipt is None or self._stop.is_set():
+                        continue
+                    try:
+                        self._queue.change_visibility(receipt, self._extend_to)
+                    except Exception as exc:  # a lost receipt is not worth killing the step for
+                        log.warning("heartbeat.failed", message_id=message_id, error=error_info(exc))
+                        continue
                     self.beats += 1
-                    if self._on_beat is not None:
-                        self._on_beat(message_id)
-                except Exception as exc:  # a lost receipt is not worth killing the step for
-                    log.warning("heartbeat.failed", message_id=message_id, error=error_info(exc))
+                if self._on_beat is not None:
+                    self._on_beat(message_id)
 
 
 def process_batch(
@@ -97,14 +108,36 @@ def process_batch(
                     message = StepMessage.decode(record.get("body", ""))
                 except MalformedMessage as exc:
                     log.error("message.malformed", error=error_info(exc))
+                    # A failed send raises: the record is reported, so SQS delivers it again
+                    # (and parks it raw after maxReceiveCount) instead of it being acknowledged.
                     engine.dead_letter_raw(str(record.get("body", "")), exc, message_id)
                     continue
                 attributes = record.get("attributes") or {}
                 redelivered = int(attributes.get("ApproximateReceiveCount", "1") or 1) > 1
-                engine.handle(message, redelivered=redelivered, remaining=remaining)
+                outcome = engine.handle(message, redelivered=redelivered, remaining=remaining)
+                if outcome.status is OutcomeStatus.NO_TIME:
+                    hand_back(engine, heartbeat, message_id, str(record.get("receiptHandle", "")), first=i == 0)
+                    failures.append({"itemIdentifier": message_id})
             except Exception as exc:
                 log.exception("message.failed", error=error_info(exc))
                 failures.append({"itemIdentifier": message_id})
             finally:
                 heartbeat.done(message_id)
     return {"batchItemFailures": failures}
+
+
+def hand_back(engine: Engine, heartbeat: Heartbeat, message_id: str, receipt: str, *, first: bool) -> None:
+    """A record whose step was not started for lack of time: visible again now (not after the
+    visibility timeout), so that an invocation with time takes it; the caller reports it."""
+    log = get_logger(execution_id=None, step=None, attempt=None, message_id=message_id)
+    if first:
+        # It had the whole invocation: its timeout plus the reserve exceeds the worker's
+        # timeout, and SQS parks it in the DLQ after maxReceiveCount deliveries.
+        log.error("message.no_time_at_invocation_start")
+    else:
+        log.info("message.no_time")
+    heartbeat.done(message_id)  # first: the heartbeat must not hide it again
+    try:
+        engine.queue.change_visibility(receipt, 0)
+    except Exception as exc:  # it still comes back, after the visibility timeout
+        log.warning("message.release_failed", error=error_info(exc))

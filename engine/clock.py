@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -33,11 +34,22 @@ class FakeClock:
         self._now = float(value)
 
 
+# Ten years either way: far enough for any timer a workflow sets, near enough that every
+# timestamp written stays a valid date (a year past 9999 cannot be formatted, and an item
+# written with one would answer 500 long after the clock is reset).
+MAX_OFFSET_SECONDS = 10 * 365.25 * 86400
+
+
+def valid_offset(seconds: float) -> bool:
+    return math.isfinite(seconds) and abs(seconds) <= MAX_OFFSET_SECONDS
+
+
 class OffsetClock:
     """Real time plus an offset read on every call.
 
     This is how local time travel works: ``loom time advance 2h`` raises the
     offset, and every process of the local stack reads it through this clock.
+    An offset outside ``MAX_OFFSET_SECONDS`` (a hand-edited file) is ignored.
     """
 
     def __init__(self, offset: Callable[[], float], base: Clock | None = None) -> None:
@@ -45,4 +57,5 @@ class OffsetClock:
         self._base = base or SystemClock()
 
     def now(self) -> float:
-        return self._base.now() + self._offset()
+        offset = self._offset()
+        return self._base.now() + (offset if valid_offset(offset) else 0.0)

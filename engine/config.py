@@ -20,7 +20,9 @@ class EngineConfig:
     max_sqs_delay: int = 900
     # Run the next step in the same invocation instead of a queue round trip.
     chain: bool = True
-    # Stop chaining when the invocation has less than this left.
+    # Time kept back when starting a step: one with a declared timeout starts (chained or
+    # from a batch) only with that timeout plus this left; any step is chained only with
+    # more than this left.
     chain_reserve_seconds: float = 10.0
     # A message may arrive this much before its ready time and still run.
     early_tolerance: float = 1.0

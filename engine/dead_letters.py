@@ -13,9 +13,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from engine.error_report import error_info
 from engine.errors import LoomError, MalformedMessage
 from engine.messages import MessageKind, StepMessage
-from engine.state import Status, error_info
+from engine.state import Status
 
 if TYPE_CHECKING:
     from engine.runtime import Engine

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from engine import transitions as tr
+from engine.error_report import error_info
 from engine.errors import LoomError, ResourceMissing
 from engine.log import get_logger
 from engine.messages import StepMessage
 from engine.parts import Parts
-from engine.state import Execution, error_info
+from engine.state import Execution
 
 
 def send(parts: Parts, message: StepMessage, delay: int) -> None:

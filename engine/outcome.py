@@ -18,6 +18,7 @@ class OutcomeStatus(StrEnum):
     ORPHAN = "orphan"  # the execution does not exist
     IN_FLIGHT = "in_flight"  # another runner holds this attempt
     CHAIN_BROKEN = "chain_broken"  # a chained link failed; it was handed back to the queue
+    NO_TIME = "no_time"  # the step needs more time than the invocation has left; not started
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,16 @@ from dataclasses import replace
 
 from engine import steps
 from engine import transitions as tr
+from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import message_log, send
 from engine.outcome import LinkResult, Outcome, OutcomeStatus
+from engine.parked import malformed_record
 from engine.parts import Parts
 from engine.ports import FaultPoint
-from engine.state import AttemptOutcome, Execution, error_info
-from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
+from engine.state import AttemptOutcome, Execution
+from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, has_time, needs_guard
 from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
 
 Remaining = Callable[[], float]
@@ -29,15 +31,18 @@ def handle(
 ) -> Outcome:
     """Run what ``message`` points at, then chain further steps while time allows.
 
+    A step starts only with its timeout plus the reserve left (``NO_TIME`` otherwise: for
+    the first link the caller hands the message back; a chained link's message is sent).
     Raises what the store or queue raise (``TransientError``...) for the first link, so
     that the message is delivered again; a later link's failure is handed back to the queue.
     """
     steps_run = 0
     chained = False
     known: Execution | None = None
+    status = OutcomeStatus.NO_TIME  # the last link that ran: what a chain cut short reports
     while True:
         try:
-            done = handle_link(parts, message, redelivered=redelivered, known=known)
+            done = handle_link(parts, message, redelivered=redelivered, known=known, remaining=remaining)
         except Exception as exc:
             if not chained:
                 raise
@@ -46,6 +51,12 @@ def handle(
             message_log(message).warning("chain.link_failed", error=error_info(exc))
             send(parts, replace(message, kind=MessageKind.REDRIVE), 0)
             return Outcome(OutcomeStatus.CHAIN_BROKEN, steps_run)
+        if done.status is OutcomeStatus.NO_TIME and chained:
+            # Not started and nothing written: an invocation with time runs it.
+            send(parts, message, 0)
+            parts.faults.point(FaultPoint.AFTER_ENQUEUE, execution_id=message.execution_id, step=message.step)
+            return Outcome(status, steps_run)
+        status = done.status
         steps_run += done.ran
         nxt = done.effects.run_next
         if done.effects.delayed is not None:
@@ -64,7 +75,14 @@ def can_chain(parts: Parts, remaining: Remaining | None) -> bool:
     return parts.config.chain and remaining is not None and remaining() > parts.config.chain_reserve_seconds
 
 
-def handle_link(parts: Parts, msg: StepMessage, *, redelivered: bool, known: Execution | None = None) -> LinkResult:
+def handle_link(
+    parts: Parts,
+    msg: StepMessage,
+    *,
+    redelivered: bool,
+    known: Execution | None = None,
+    remaining: Remaining | None = None,
+) -> LinkResult:
     # A chained link starts from the state its predecessor wrote (no read back):
     # any write since then makes this link's own conditional write fail.
     ex = known if known is not None and known.id == msg.execution_id else parts.store.get_execution(msg.execution_id)
@@ -83,7 +101,10 @@ def handle_link(parts: Parts, msg: StepMessage, *, redelivered: bool, known: Exe
         )
         return LinkResult(OutcomeStatus.STALE)
     if check.verdict is MessageVerdict.EARLY:
-        log.info("message.early", due_at=check.due_at)
+        if check.resend_in is not None:
+            # Raised, not swallowed: the message is acknowledged only once its copy is queued.
+            parts.queue.send(msg, check.resend_in)
+        log.info("message.early", due_at=check.due_at, resend_in=check.resend_in)
         return LinkResult(OutcomeStatus.EARLY)
     try:
         spec = parts.registry.get(ex.workflow)
@@ -93,6 +114,13 @@ def handle_link(parts: Parts, msg: StepMessage, *, redelivered: bool, known: Exe
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
         return steps.fail_execution(parts, ex, exc, st_name=None)
+    # Before the start mark: an at_most_once attempt marked and then killed would count as failed.
+    # A step with no declared timeout is held back only by can_chain's reserve, as before.
+    timeout = spec.timeout_for(st)
+    reserve = parts.config.chain_reserve_seconds
+    if timeout is not None and not has_time(None if remaining is None else remaining(), timeout, reserve):
+        log.info("step.no_time", timeout=timeout, reserve=reserve)
+        return LinkResult(OutcomeStatus.NO_TIME)
     if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once"):
         return run_guarded(parts, ex, spec, st)
     return steps.run_step(parts, ex, spec, st)
@@ -125,6 +153,4 @@ def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
 
 def dead_letter_raw(parts: Parts, body: str, reason: LoomError, message_id: str | None = None) -> None:
     """Park a message the worker cannot understand, with why, instead of dropping it."""
-    parts.queue.send_dead_letter(
-        {"loom": "malformed", "message_id": message_id, "error": error_info(reason), "body": body[:200_000]}
-    )
+    parts.queue.send_dead_letter(malformed_record(body, error_info(reason), message_id))

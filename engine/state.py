@@ -133,11 +133,3 @@ class StepRecord:
     error: dict[str, Any] | None = None
     started_at: float | None = None
     finished_at: float | None = None
-
-
-def error_info(error: BaseException, limit: int = 4096) -> dict[str, Any]:
-    """A JSON-able, size-bounded description of an exception."""
-    message = str(error)
-    if len(message) > limit:
-        message = message[:limit] + f"... [{len(message) - limit} more characters]"
-    return {"type": type(error).__name__, "message": message}

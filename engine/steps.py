@@ -12,15 +12,23 @@ from types import MappingProxyType
 from typing import Any
 
 from engine import transitions as tr
-from engine.errors import ConflictError, InvalidResult, LoomError, ResultTooLarge, WorkflowDefinitionError
+from engine.error_report import BRIEF, FULL, error_info
+from engine.errors import (
+    ConflictError,
+    InvalidResult,
+    LoomError,
+    PayloadTooLarge,
+    ResultTooLarge,
+    WorkflowDefinitionError,
+)
 from engine.history_rules import last_attempt
-from engine.limits import check_item, meta_item_size
+from engine.limits import check_item, full_detail, history_item_size, meta_item_size, truncate_middle
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
-from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json, error_info
+from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
 from engine.workflow import SleepSpec, StepContext, StepSpec, WorkflowSpec
 
 CONFLICT_RETRIES = 5
@@ -58,6 +66,11 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
     attempt = Attempt(ex.attempt, started, finished, AttemptOutcome.COMPLETED)
     try:
         parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
+    except PayloadTooLarge as exc:
+        # The estimate let it through but the store did not: it can never fit, so fail
+        # the step now rather than let the message fail again and again.
+        too_large = ResultTooLarge(f"the step's result did not fit its history record: {exc.message}")
+        return fail_attempt(parts, ex, spec, st, too_large, started_at=started, outcome=AttemptOutcome.FAILED)
     except ConflictError as exc:
         record = (
             exc.current
@@ -86,7 +99,9 @@ def check_result(ex: Execution, result: Any) -> dict[str, Any] | None:
         raise InvalidResult(f"the step's result is not JSON-serialisable: {exc}") from exc
     stored: dict[str, Any] | None = json.loads(result_json)
     merged = canonical_json(tr.merge_context(ex.context, stored))
-    size = max(meta_item_size(canonical_json(ex.input), merged), meta_item_size("", result_json))
+    # Both items the result lands in: the execution (input + merged context, with room to
+    # fail later) and the step's history record (result + every attempt so far).
+    size = max(meta_item_size(canonical_json(ex.input), merged), history_item_size(result_json, ex.attempt))
     try:
         check_item(size, "the step's result")
     except LoomError as exc:
@@ -148,10 +163,10 @@ def fail_attempt(
     log = execution_log(ex).bind(step_name=st.name)
     now = parts.clock.now()
     decision = decide(spec.policy_for(st), error, ex.round_attempt, parts.rng)
-    info = error_info(error)
+    info = error_info(error, FULL if full_detail(ex.attempt) else BRIEF)
     attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None)
     ran = 0 if outcome is AttemptOutcome.WORKER_LOST else 1
-    if not parts.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=not decision.retry):
+    if not _record_failure(parts, ex, st, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, st.name)
         if record is not None and record.status is StepStatus.COMPLETED:
             # A concurrent run of this step succeeded: that result wins over this failure.
@@ -200,6 +215,21 @@ def schedule_retry(
     return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, effects)
 
 
+def _record_failure(parts: Parts, ex: Execution, st: StepSpec, attempt: Attempt, *, final: bool) -> bool:
+    try:
+        return parts.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=final)
+    except PayloadTooLarge:
+        # A record written before the bounds existed can be too full for a full error;
+        # a brief one still says what happened, and the attempt is still counted.
+        brief = replace(attempt, error=_brief(attempt.error))
+        return parts.store.record_failure(ex.id, ex.current_step, st.name, brief, final=final)
+
+
+def _brief(info: dict[str, Any] | None) -> dict[str, Any]:
+    info = info or {}
+    return {"type": info.get("type", "Error"), "message": truncate_middle(str(info.get("message", "")), 200)}
+
+
 def fail_execution(
     parts: Parts,
     ex: Execution,
@@ -220,7 +250,13 @@ def fail_execution(
     )
     new = tr.failed_state(ex, info, now)
     try:
-        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+        try:
+            parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+        except PayloadTooLarge:
+            # Only an item accepted before ERROR_RESERVE existed can get here: the execution
+            # must still end FAILED, with as much of its error as fits.
+            new = tr.failed_state(ex, {**_brief(info), "step": ex.current_step, "reason": reason}, now)
+            parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("execution.fail_lost")
         return LinkResult(OutcomeStatus.STALE, ran)

@@ -7,13 +7,14 @@ from enum import StrEnum
 
 from engine import steps
 from engine import transitions as tr
+from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
 from engine.log import get_logger
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import engine_log, execution_log, send
 from engine.outcome import OutcomeStatus
 from engine.parts import Parts
-from engine.state import Execution, Status, error_info
+from engine.state import Execution, Status
 
 SQS_BATCH = 10
 

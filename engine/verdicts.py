@@ -4,15 +4,18 @@ The runner reads the execution (and, for a guarded run, the step's history recor
 asks these functions what to do, and carries the verdict out. Every branch of the
 message protocol is here, so the unit tests can walk all of them without moto.
 
-    message ──► check_message ──► ORPHAN | STALE | EARLY          (acknowledge, nothing written)
+    message ──► check_message ──► ORPHAN | STALE                  (acknowledge, nothing written)
+                      │           EARLY                           (send it back for when it is due)
                       │           WAKE                            (finish the sleep)
-                      │           RUN ──► unguarded: run the step
+                      │           RUN ──► has_time? no: hand the message back, nothing written
+                      │                   unguarded: run the step
                       │            └────► guarded: check_guard ──► ROLL_FORWARD | IN_FLIGHT
                       │                                            WORKER_LOST  | MARK_AND_RUN
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -39,8 +42,10 @@ class GuardVerdict(StrEnum):
 @dataclass(frozen=True)
 class MessageCheck:
     verdict: MessageVerdict
-    # When EARLY: the time the message should have arrived at.
+    # When EARLY: the time the message should have arrived at, and the delay to send it
+    # back with (None when that is past SQS's longest delay: the due index holds it).
     due_at: float | None = None
+    resend_in: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,22 @@ def check_message(msg: StepMessage, ex: Execution | None, now: float, cfg: Engin
         return MessageCheck(MessageVerdict.STALE)
     due_at = ex.next_wake_at if msg.kind is MessageKind.WAKE else ex.ready_at
     if due_at is not None and now + cfg.early_tolerance < due_at:
-        return MessageCheck(MessageVerdict.EARLY, due_at=due_at)
+        # Dropping it would leave a retry to the lease; waits past SQS's limit are the sweeper's.
+        wait = math.ceil(due_at - now)
+        return MessageCheck(MessageVerdict.EARLY, due_at=due_at, resend_in=wait if wait <= cfg.max_sqs_delay else None)
     if msg.kind is MessageKind.WAKE:
         return MessageCheck(MessageVerdict.WAKE)
     return MessageCheck(MessageVerdict.RUN)
+
+
+def has_time(remaining: float | None, timeout: float, reserve: float) -> bool:
+    """Whether a step that may run ``timeout`` seconds can start with ``remaining`` seconds left.
+
+    A step killed by the invocation's timeout counts as a lost worker (a failed attempt for
+    ``at_most_once``), so it starts only with its whole timeout plus the reserve ahead of it.
+    An unknown deadline (None: no Lambda context) holds nothing back.
+    """
+    return remaining is None or remaining >= timeout + reserve
 
 
 def needs_guard(msg: StepMessage, *, redelivered: bool, at_most_once: bool) -> bool:

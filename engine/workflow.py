@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from engine.retry import RetryPolicy
 Semantics = Literal["at_least_once", "at_most_once"]
 SEMANTICS: tuple[str, ...] = ("at_least_once", "at_most_once")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# Lambda's longest timeout: a step that needs more can never start in one invocation.
+MAX_STEP_TIMEOUT = 900.0
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class StepSpec:
     name: str
     retry: RetryPolicy | None = None
     semantics: Semantics = "at_least_once"
+    # Longest the step may run, in seconds: it starts only when the invocation has this
+    # much left plus the reserve (None: the workflow's ``step_timeout``, else the reserve only).
+    timeout: float | None = None
 
     @property
     def is_sleep(self) -> bool:
@@ -69,12 +75,29 @@ def step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     semantics: Semantics = "at_least_once",
+    timeout: float | None = None,
 ) -> StepSpec:
     if not callable(fn):
         raise WorkflowDefinitionError(f"step {fn!r} is not callable")
     if semantics not in SEMANTICS:
         raise WorkflowDefinitionError(f"semantics must be one of {SEMANTICS}, not {semantics!r}")
-    return StepSpec(fn=fn, name=name or fn.__name__, retry=retry, semantics=semantics)
+    return StepSpec(
+        fn=fn, name=name or fn.__name__, retry=retry, semantics=semantics, timeout=check_timeout(timeout, "timeout")
+    )
+
+
+def check_timeout(value: object, what: str) -> float | None:
+    """A step timeout in seconds: None, or a finite number in (0, MAX_STEP_TIMEOUT]."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_STEP_TIMEOUT
+    ):
+        raise WorkflowDefinitionError(f"{what} must be a number of seconds in (0, {MAX_STEP_TIMEOUT:g}], not {value!r}")
+    return float(value)
 
 
 def sleep(
@@ -98,9 +121,14 @@ class WorkflowSpec:
     name: str
     steps: tuple[Spec, ...]
     retry: RetryPolicy
+    # The timeout of steps that declare none.
+    step_timeout: float | None = None
 
     def policy_for(self, spec: StepSpec) -> RetryPolicy:
         return spec.retry or self.retry
+
+    def timeout_for(self, spec: StepSpec) -> float | None:
+        return spec.timeout if spec.timeout is not None else self.step_timeout
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -108,13 +136,21 @@ class WorkflowSpec:
             "steps": [
                 {"index": i, "name": s.name, "kind": "sleep", "seconds": s.seconds}
                 if isinstance(s, SleepSpec)
-                else {"index": i, "name": s.name, "kind": "step", "semantics": s.semantics}
+                else {
+                    "index": i,
+                    "name": s.name,
+                    "kind": "step",
+                    "semantics": s.semantics,
+                    "timeout": self.timeout_for(s),
+                }
                 for i, s in enumerate(self.steps)
             ],
         }
 
 
-def build_spec(name: str, steps: Any, retry: RetryPolicy | None = None) -> WorkflowSpec:
+def build_spec(
+    name: str, steps: Any, retry: RetryPolicy | None = None, step_timeout: float | None = None
+) -> WorkflowSpec:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
     if not steps:
@@ -129,7 +165,12 @@ def build_spec(name: str, steps: Any, retry: RetryPolicy | None = None) -> Workf
             raise WorkflowDefinitionError(f"workflow {name!r}: {item!r} is not a step")
     if len(specs) > 999:
         raise WorkflowDefinitionError("a workflow has at most 999 steps")
-    return WorkflowSpec(name=name, steps=tuple(specs), retry=retry or RetryPolicy())
+    return WorkflowSpec(
+        name=name,
+        steps=tuple(specs),
+        retry=retry or RetryPolicy(),
+        step_timeout=check_timeout(step_timeout, f"workflow {name!r}: step_timeout"),
+    )
 
 
 class Registry:
@@ -168,10 +209,12 @@ default_registry = Registry()
 
 
 def workflow(name: str, *, registry: Registry | None = None) -> Callable[[type], type]:
-    """Class decorator: ``steps = [...]`` and optional ``retry = RetryPolicy(...)``."""
+    """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``."""
 
     def register(cls: type) -> type:
-        spec = build_spec(name, getattr(cls, "steps", None), getattr(cls, "retry", None))
+        spec = build_spec(
+            name, getattr(cls, "steps", None), getattr(cls, "retry", None), getattr(cls, "step_timeout", None)
+        )
         (registry or default_registry).add(spec)
         cls.spec = spec  # type: ignore[attr-defined]
         return cls

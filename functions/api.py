@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import dead_letters
+from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
     ExecutionNotFound,
@@ -32,13 +33,14 @@ from engine.errors import (
     UnknownWorkflow,
 )
 from engine.log import get_logger
-from engine.state import error_info
 from functions import views, wiring
 from functions.http import HttpError, Request, Router, error_response, response
 
 START_FIELDS = frozenset({"workflow", "input", "execution_id"})
 LIST_PARAMS = frozenset({"status", "workflow", "limit", "cursor"})
 DLQ_MAX = 100
+
+wiring.ensure_logging()  # at init, as Lambda imports the handler
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -28,6 +28,8 @@ class HttpContext(TypedDict, total=False):
 class RequestContext(TypedDict, total=False):
     accountId: str
     apiId: str
+    authentication: None  # Function URLs always send null
+    authorizer: dict[str, Any] | None  # {"iam": {...the signer...}} under AuthType AWS_IAM
     domainName: str
     domainPrefix: str
     http: HttpContext
@@ -98,6 +100,9 @@ class Request:
             return json.loads(self.body)
         except (UnicodeDecodeError, ValueError) as exc:
             raise MalformedJson(f"the request body is not valid JSON: {exc}") from exc
+        except RecursionError:
+            # The parser's own stack limit: a client error, not the function's.
+            raise MalformedJson("the request body is JSON nested too deeply") from None
 
 
 def response(status: int, body: Any, headers: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.errors import ResourceMissing
@@ -21,6 +21,8 @@ OPTIONAL = (
     "LOOM_VISIBILITY_TIMEOUT",
     "LOOM_HEARTBEAT_SECONDS",
     "LOOM_CHAOS_CRASH_AFTER_CHECKPOINT",
+    # Signs the list cursors; the template sets it on the control plane only.
+    "LOOM_CURSOR_SECRET",
     # Local stack only: never set by template.yaml.
     "LOOM_CLOCK_OFFSET_FILE",
 )
@@ -44,6 +46,7 @@ class Settings:
     visibility_timeout: int = 360
     heartbeat_seconds: float = 30.0
     chaos_crash_after_checkpoint: bool = False
+    cursor_secret: str = field(default="", repr=False)  # a secret: never in a log line
     clock_offset_file: str | None = None
 
     @classmethod
@@ -67,8 +70,14 @@ class Settings:
             visibility_timeout=int(env.get("LOOM_VISIBILITY_TIMEOUT", "360")),
             heartbeat_seconds=float(env.get("LOOM_HEARTBEAT_SECONDS", "30")),
             chaos_crash_after_checkpoint=_flag(env.get("LOOM_CHAOS_CRASH_AFTER_CHECKPOINT", "off")),
+            cursor_secret=env.get("LOOM_CURSOR_SECRET", ""),
             clock_offset_file=env.get("LOOM_CLOCK_OFFSET_FILE") or None,
         )
+
+    @property
+    def chaos(self) -> bool:
+        """The one chaos switch: the crash-after-checkpoint hook and the example workflows' knobs."""
+        return self.chaos_crash_after_checkpoint
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(shards=self.shards, lease_seconds=self.lease_seconds, chain=self.chain)

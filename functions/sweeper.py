@@ -7,6 +7,8 @@ from typing import Any
 
 from functions import wiring
 
+wiring.ensure_logging()  # at init, as Lambda imports the handler
+
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     report = wiring.engine().sweep()

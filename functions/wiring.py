@@ -11,18 +11,21 @@ import boto3
 from botocore.config import Config
 
 from engine import Engine, OffsetClock, SystemClock, default_registry
+from engine.adapters.cursor import derive_key
 from engine.adapters.dlq import SqsDeadLetters
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
 from engine.clock import Clock
-from engine.log import configure
+from engine.log import configure, ensure_configured
 from engine.ports import NoFaults
 from functions.faults import CrashAfterCheckpoint
 from functions.settings import Settings
 
 # Throttling is retried by botocore itself, with backoff, before Loom sees an error.
 BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 8}, connect_timeout=5, read_timeout=30)
+# The visibility heartbeat: a slow call must not keep the worker from returning (the next beat retries).
+HEARTBEAT_CONFIG = Config(retries={"mode": "standard", "total_max_attempts": 2}, connect_timeout=2, read_timeout=3)
 
 _lock = threading.Lock()
 _cache: dict[Settings, Engine] = {}
@@ -34,27 +37,35 @@ class FileOffsetClock(OffsetClock):
 
     def __init__(self, path: str) -> None:
         self._path = path
-        self._mtime = -1.0
+        self._seen: tuple[int, int] | None = None
         self._value = 0.0
         super().__init__(self._read)
 
     def _read(self) -> float:
         try:
-            mtime = os.stat(self._path).st_mtime
+            st = os.stat(self._path)
         except FileNotFoundError:
             return 0.0
-        if mtime != self._mtime:
+        # The file is replaced, never rewritten in place: a new inode is a new value, even
+        # when a reset lands within the filesystem's mtime granularity of an advance.
+        seen = (st.st_ino, st.st_mtime_ns)
+        if seen != self._seen:
             try:
                 with open(self._path, encoding="utf-8") as fh:
                     self._value = float(fh.read().strip() or 0)
             except (OSError, ValueError):
                 return self._value
-            self._mtime = mtime
+            self._seen = seen
         return self._value
 
 
 def clock_for(settings: Settings) -> Clock:
     return FileOffsetClock(settings.clock_offset_file) if settings.clock_offset_file else SystemClock()
+
+
+def ensure_logging() -> None:
+    """JSON logs from the first line a function writes, before any request or engine exists."""
+    ensure_configured(os.environ.get("LOOM_LOG_LEVEL") or "INFO")
 
 
 def load_workflows(modules: tuple[str, ...]) -> None:
@@ -65,6 +76,17 @@ def load_workflows(modules: tuple[str, ...]) -> None:
 def session() -> Any:
     # boto3 honours AWS_ENDPOINT_URL (and the per-service variants) by itself.
     return boto3.session.Session()
+
+
+def cursor_key(settings: Settings) -> bytes | None:
+    """The stack's cursor key; without a secret the store makes one of its own (this process only)."""
+    return derive_key(settings.cursor_secret) if settings.cursor_secret else None
+
+
+def services(settings: Settings, ddb: Any) -> dict[str, Any]:
+    """What steps get in ``ctx.services``. ``chaos`` is True only with the chaos switch on:
+    the example workflows obey their input's crash/hold knobs only then."""
+    return {"ledger": DynamoLedger(ddb, settings.table_name), "chaos": settings.chaos}
 
 
 def engine(settings: Settings | None = None) -> Engine:
@@ -80,12 +102,14 @@ def engine(settings: Settings | None = None) -> Engine:
         sqs = s.client("sqs", config=BOTO_CONFIG)
         built = Engine(
             registry=default_registry,
-            store=DynamoStore(ddb, settings.table_name, settings.shards),
-            queue=SqsQueue(sqs, settings.queue_url, settings.dlq_url),
+            store=DynamoStore(ddb, settings.table_name, settings.shards, cursor_key=cursor_key(settings)),
+            queue=SqsQueue(
+                sqs, settings.queue_url, settings.dlq_url, visibility_client=s.client("sqs", config=HEARTBEAT_CONFIG)
+            ),
             clock=clock_for(settings),
             config=settings.engine_config(),
-            faults=CrashAfterCheckpoint() if settings.chaos_crash_after_checkpoint else NoFaults(),
-            services={"ledger": DynamoLedger(ddb, settings.table_name)},
+            faults=CrashAfterCheckpoint() if settings.chaos else NoFaults(),
+            services=services(settings, ddb),
         )
         _cache[settings] = built
         return built

@@ -8,6 +8,8 @@ from engine import process_batch
 from functions import wiring
 from functions.settings import Settings
 
+wiring.ensure_logging()  # at init, as Lambda imports the handler
+
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = Settings.from_env()

@@ -6,6 +6,7 @@ service ``lambda``; botocore's signer does that with the default credential chai
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import urllib.error
@@ -65,15 +66,46 @@ class Target:
     url: str
     signed: bool
     region: str | None = None
+    credentials: Credentials | None = None  # the local stack's own principal; None: the default chain
+
+
+def is_loopback(host: str | None) -> bool:
+    """127.0.0.0/8, ::1 or localhost: a request there never leaves the machine."""
+    if not host:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_signable(url: str) -> None:
+    """A signed request goes over HTTPS; plain HTTP only to loopback (a local stack, a test server).
+
+    Over plain HTTP anyone on the path reads the Authorization header and the session token,
+    and can replay the signed request for the minutes it stays valid.
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback(parts.hostname)):
+        return
+    raise ClientError(
+        f"refusing to send a signed request to {url}: use https:// (plain http:// only to 127.0.0.1, ::1 or localhost)"
+    )
 
 
 def resolve_target(url: str | None, region: str | None) -> Target:
-    """``--url`` (signed) if given, else the local stack's control plane (unsigned)."""
+    """``--url`` if given, else the local stack's control plane; both are signed (AuthType AWS_IAM).
+
+    The local stack checks signatures against the principal it wrote to the stack file.
+    """
     if url:
         if not urlsplit(url).scheme or not urlsplit(url).netloc:
             raise ClientError(
                 f"--url must be an absolute URL like https://<id>.lambda-url.<region>.on.aws/, not {url!r}"
             )
+        check_signable(url)
         region = region or region_from_url(url) or botocore.session.get_session().get_config_variable("region")
         if not region:
             raise ClientError("cannot tell the region from the URL: pass --region")
@@ -81,14 +113,26 @@ def resolve_target(url: str | None, region: str | None) -> Target:
     stack = stackfile.read()
     if not stack or not stack.get("control_plane_url"):
         raise ClientError(NO_STACK)
-    return Target(str(stack["control_plane_url"]).rstrip("/"), signed=False, region=stack.get("region"))
+    if not stackfile.supervisor_running(stack):
+        raise ClientError(stackfile.not_running_message(stack))
+    url = str(stack["control_plane_url"]).rstrip("/")
+    if stack.get("emulator") == "aws":  # `loom up --emulator aws`: the deployed URL, the default chain
+        return Target(url, signed=True, region=stack.get("region") or region_from_url(url))
+    stored = stack.get("control_plane_credentials")
+    if not stored:
+        raise ClientError("the stack file has no control plane credentials: restart the stack with `loom up`")
+    try:
+        creds = Credentials(str(stored["access_key_id"]), str(stored["secret_access_key"]))
+    except (KeyError, TypeError):
+        raise ClientError("the stack file's control plane credentials are unreadable: restart `loom up`") from None
+    return Target(url, signed=True, region=stack.get("region"), credentials=creds)
 
 
 class ControlPlane:
     def __init__(self, target: Target, *, timeout: float = 30.0, credentials: Credentials | None = None) -> None:
         self.target = target
         self.timeout = timeout
-        self._credentials = credentials
+        self._credentials = credentials or target.credentials
 
     def _creds(self) -> Credentials:
         if self._credentials is None:
@@ -109,13 +153,21 @@ class ControlPlane:
         headers = {"accept": "application/json"}
         if body is not None:
             headers["content-type"] = "application/json"
+        opener = _OPENER
         if self.target.signed:
+            check_signable(url)
             headers = sign(method, url, data, headers, self._creds(), self.target.region or "")
+            opener = _SIGNED_OPENER
         req = urllib.request.Request(url, data=data if body is not None else None, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as answer:
+            with opener.open(req, timeout=self.timeout) as answer:
                 return answer.status, _decode(answer.read())
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400 and self.target.signed:
+                raise ClientError(
+                    f"the control plane at {self.target.url} answered {exc.code} (to {exc.headers.get('location')}); "
+                    "a signed request is never sent on to another address"
+                ) from None
             payload = _decode(exc.read())
             error = payload.get("error") if isinstance(payload, dict) else None
             if isinstance(error, dict):
@@ -124,9 +176,18 @@ class ControlPlane:
             text = payload.get("Message") or payload.get("message") if isinstance(payload, dict) else payload
             raise ApiError(exc.code, f"http_{exc.code}", str(text or exc.reason), payload) from None
         except urllib.error.URLError as exc:
-            raise ClientError(f"cannot reach the control plane at {self.target.url}: {exc.reason}") from None
+            raise ClientError(self._unreachable(exc.reason)) from None
         except TimeoutError:
             raise ClientError(f"the control plane at {self.target.url} did not answer in {self.timeout:g}s") from None
+
+    def _unreachable(self, reason: Any) -> str:
+        if not self.target.signed:  # the local stack: say whether it died, not just "refused"
+            stack = stackfile.read()
+            if stack is None:
+                return f"the stack at {self.target.url} is not running (it was stopped); `loom up` starts it"
+            if not stackfile.supervisor_running(stack):
+                return stackfile.not_running_message(stack)
+        return f"cannot reach the control plane at {self.target.url}: {reason}"
 
     # ------------------------------------------------------------------ API
 
@@ -164,6 +225,17 @@ class ControlPlane:
 
     def dlq_redrive(self, limit: int | None = None) -> dict[str, Any]:
         return self.request("POST", "/dlq/redrive", query={"limit": limit})[1]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib would resend the Authorization header to wherever a redirect points, http:// included."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener()
+_SIGNED_OPENER = urllib.request.build_opener(_NoRedirect())
 
 
 def _segment(value: str) -> str:

@@ -8,14 +8,48 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
+
+from loom.local import procs
 
 FILENAME = "stack.json"
 
 
 def state_dir() -> Path:
     return Path(os.environ.get("LOOM_STATE_DIR") or ".loom").resolve()
+
+
+def supervisor_running(info: dict[str, Any]) -> bool:
+    """Whether the stack's supervisor is still the process that wrote ``info``.
+
+    A description without a supervisor (``--emulator aws``, a test's control plane) has
+    nothing local to die; it counts as running.
+    """
+    pid = info.get("supervisor_pid")
+    if not pid:
+        return True
+    known = (info.get("processes") or {}).get(str(pid))
+    return procs.is_same(known)
+
+
+def died_at(directory: Path | None = None) -> float | None:
+    """When the supervisor was last seen: it touches the stack file every few seconds."""
+    try:
+        return path(directory).stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def not_running_message(info: dict[str, Any], directory: Path | None = None) -> str:
+    where = info.get("control_plane_url") or str(directory or state_dir())
+    last = died_at(directory)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last)) if last else "an unknown time"
+    return (
+        f"the stack at {where} is not running (it died at {when}, supervisor pid {info.get('supervisor_pid')}); "
+        "`loom up` starts it again and ends what is left of it"
+    )
 
 
 def path(directory: Path | None = None) -> Path:
@@ -35,10 +69,19 @@ def write(info: dict[str, Any], directory: Path | None = None) -> Path:
     target = path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    # Owner-only: it holds the local control plane's signing key.
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(info, fh, indent=2, sort_keys=True)
     os.replace(tmp, target)  # readers never see half a file
     return target
+
+
+def touch(directory: Path | None = None) -> None:
+    """The supervisor's heartbeat: the file's mtime says when it was last alive."""
+    try:
+        os.utime(path(directory))
+    except FileNotFoundError:
+        pass
 
 
 def remove(directory: Path | None = None) -> None:

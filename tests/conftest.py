@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import freezegun
 import pytest
 from moto import mock_aws
 
@@ -18,6 +19,10 @@ from engine.log import configure
 from loom.template import create_resources
 
 REGION = "us-east-1"
+
+# freeze_time rewrites datetime in every loaded module; touching pydantic's lazily built models
+# (Powertools' parser, loaded by the event reference tests) then fails. Leave them real.
+freezegun.configure(extend_ignore_list=["pydantic", "pydantic_core", "aws_lambda_powertools", "samcli"])
 
 
 @pytest.fixture(autouse=True)

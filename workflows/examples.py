@@ -3,7 +3,11 @@
 Every step records its run and lands its side effect in the ledger under its
 idempotency key, so a test can tell "ran twice" from "took effect twice".
 Inputs can ask steps to misbehave (``fail``, ``hold``, ``crash``), which is how
-the chaos kit injects faults that live inside a step in real life.
+the chaos kit injects faults that live inside a step in real life. ``hold`` and
+``crash`` reach past the execution that asks (they tie up or kill the worker that
+runs it), so they are obeyed only when the stack's chaos switch is on
+(``ctx.services["chaos"]``, from the ChaosCrashAfterCheckpoint parameter);
+``fail`` only fails the asking execution's own step and is always obeyed.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ def _effect(ctx: StepContext, kind: str, **data: Any) -> dict[str, Any]:
     ledger = ctx.services.get("ledger")
     knobs = ctx.data.get("chaos", {}) if isinstance(ctx.data.get("chaos"), dict) else {}
     runs = ledger.ran(ctx.idempotency_key) if ledger is not None else ctx.attempt
-    hold = knobs.get("hold", {}).get(ctx.step_name)
+    chaos_on = ctx.services.get("chaos") is True
+    hold = knobs.get("hold", {}).get(ctx.step_name) if chaos_on else None
     if hold:
         # A step that takes this long, in real time: visibility and crash scenarios need it.
         time.sleep(float(hold))
-    crash = knobs.get("crash", {}).get(ctx.step_name)
+    crash = knobs.get("crash", {}).get(ctx.step_name) if chaos_on else None
     if crash == "always" or (crash == "once" and runs == 1):
         if ledger is not None and knobs.get("crash_after_effect"):
             ledger.apply(ctx.idempotency_key, {"kind": kind, **data})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -11,9 +10,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
+from engine.limits import check_item, utf8_len
 from engine.ports import Page
 from engine.state import Attempt, Execution, Status, StepRecord, StepStatus, canonical_json
 
@@ -41,6 +42,19 @@ SUMMARY_ATTRIBUTES = [
     "ready_at",
     "#e",
 ]
+
+# What a cursor may carry: exactly the key attributes of the index it pages.
+_EXECUTION_KEY = {PK: lambda v: v.startswith("EXEC#"), SK: lambda v: v == META_SK}
+DUE_CURSOR = cursors.KeyShape(
+    GSI1,
+    {PK: "S", SK: "S", GSI1PK: "S", GSI1SK: "N"},
+    {**_EXECUTION_KEY, GSI1PK: lambda v: v.startswith("DUE#") and v[4:].isdigit()},
+)
+LIST_CURSOR = cursors.KeyShape(
+    GSI2,
+    {PK: "S", SK: "S", GSI2PK: "S", GSI2SK: "S"},
+    {**_EXECUTION_KEY, GSI2PK: lambda v: v == LIST_PARTITION},
+)
 
 
 # The step-history rules (engine/history_rules.py), as condition fragments.
@@ -71,6 +85,24 @@ def step_sk(index: int, name: str) -> str:
     return f"STEP#{index:03d}#{name}"
 
 
+def item_size(item: dict[str, Any]) -> int:
+    """An item's size by DynamoDB's rules (an upper bound for numbers)."""
+    return sum(utf8_len(name) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    ((kind, data),) = value.items()
+    if kind == "S":
+        return utf8_len(data)
+    if kind == "N":
+        return len(data) // 2 + 2  # at most 21 bytes; half a byte a digit, plus one
+    if kind == "L":
+        return 3 + sum(1 + _value_size(v) for v in data)
+    if kind == "M":
+        return 3 + sum(utf8_len(k) + 1 + _value_size(v) for k, v in data.items())
+    return 1  # BOOL, NULL
+
+
 def _n(value: float | int) -> dict[str, str]:
     return {"N": repr(value) if isinstance(value, float) else str(value)}
 
@@ -90,10 +122,13 @@ def _json(attr: dict[str, str] | None) -> Any:
 class DynamoStore:
     """Implements ``engine.ports.Store`` with a low-level boto3 DynamoDB client."""
 
-    def __init__(self, client: Any, table_name: str, shards: int) -> None:
+    def __init__(self, client: Any, table_name: str, shards: int, *, cursor_key: bytes | None = None) -> None:
+        """``cursor_key`` signs the page cursors; without one, cursors are good only in this process
+        (functions/wiring.py passes the stack's, so that every control-plane instance accepts them)."""
         self._db = client
         self._table = table_name
         self._shards = shards
+        self._cursor_key = cursor_key or cursors.new_key()
         self.return_consumed_capacity = "NONE"  # benchmarks set TOTAL/INDEXES
 
     # ---------------------------------------------------------------- encoding
@@ -128,6 +163,8 @@ class DynamoStore:
             item["attempt_started_at"] = _n(ex.attempt_started_at)
         if ex.error is not None:
             item["error"] = _s(canonical_json(ex.error))
+        # The engine's estimates leave room; this is the item as it will really be sent.
+        check_item(item_size(item), f"execution {ex.id!r}")
         return item
 
     @staticmethod
@@ -336,18 +373,21 @@ class DynamoStore:
             "Limit": limit,
         }
         if cursor:
-            kwargs["ExclusiveStartKey"] = _decode_cursor(cursor)
+            start = cursors.decode(self._cursor_key, DUE_CURSOR, cursor)
+            if start[GSI1PK]["S"] != f"DUE#{shard}":
+                raise InvalidInput(cursors.NOT_OURS)
+            kwargs["ExclusiveStartKey"] = start
         with mapped(f"table {self._table} index {GSI1}"):
             answer = self._db.query(**kwargs, **self._capacity())
         ids = [item[PK]["S"].removeprefix("EXEC#") for item in answer.get("Items", [])]
         last = answer.get("LastEvaluatedKey")
-        return ids, (_encode_cursor(last) if last else None)
+        return ids, (cursors.encode(self._cursor_key, DUE_CURSOR, last) if last else None)
 
     def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page:
         """Newest first from GSI2 (keys only: it is written once per execution),
         then the summaries fetched by key and filtered."""
         found: list[Execution] = []
-        start = _decode_cursor(cursor) if cursor else None
+        start = cursors.decode(self._cursor_key, LIST_CURSOR, cursor) if cursor else None
         next_cursor: str | None = None
         for _ in range(20):  # bounded work per call; the cursor resumes it
             kwargs: dict[str, Any] = {
@@ -371,13 +411,16 @@ class DynamoStore:
                 if (status is None or ex.status.value == status) and (workflow is None or ex.workflow == workflow):
                     found.append(ex)
                 if len(found) >= limit:
-                    next_cursor = _encode_cursor({k: key[k] for k in (PK, SK, GSI2PK, GSI2SK)})
+                    next_cursor = self._list_cursor(key)
                     return Page(found, next_cursor)
             last = answer.get("LastEvaluatedKey")
             if not last:
                 return Page(found, None)
             start = last
-        return Page(found, _encode_cursor(start) if start else None)
+        return Page(found, self._list_cursor(start) if start else None)
+
+    def _list_cursor(self, key: dict[str, Any]) -> str:
+        return cursors.encode(self._cursor_key, LIST_CURSOR, {k: key[k] for k in LIST_CURSOR.types})
 
     def _summaries(self, keys: Iterable[dict[str, Any]]) -> dict[str, Execution]:
         wanted = [{PK: k[PK], SK: k[SK]} for k in keys]
@@ -414,16 +457,3 @@ def _winner(exc: ConflictError) -> dict[str, Any] | None:
     item = cause.response.get("Item")
     return item if isinstance(item, dict) and item else None
 
-
-def _encode_cursor(key: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
-
-
-def _decode_cursor(cursor: str) -> dict[str, Any]:
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput("cursor is not one this API returned") from exc
-    if not isinstance(key, dict):
-        raise InvalidInput("cursor is not one this API returned")
-    return key

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,11 +9,15 @@ from engine.adapters.aws_errors import mapped
 from engine.errors import TransientError
 from engine.limits import SQS_MESSAGE_LIMIT, check_message
 from engine.messages import StepMessage
+from engine.parked import encode_record
 
 
 class SqsQueue:
-    def __init__(self, client: Any, queue_url: str, dlq_url: str) -> None:
+    def __init__(self, client: Any, queue_url: str, dlq_url: str, *, visibility_client: Any = None) -> None:
         self._sqs = client
+        # The heartbeat's calls hold its lock and delay the handler's return: give them a
+        # client with short timeouts and few retries (a missed extension is retried next beat).
+        self._visibility = visibility_client or client
         self.queue_url = queue_url
         self.dlq_url = dlq_url
 
@@ -35,17 +38,17 @@ class SqsQueue:
                 raise TransientError(f"{len(failed)} of {len(entries)} messages were not sent: {failed[0]}")
 
     def send_dead_letter(self, body: dict[str, Any]) -> None:
-        text = json.dumps(body, separators=(",", ":"), default=str)
+        text = encode_record(body)
         if len(text.encode()) > SQS_MESSAGE_LIMIT:
             # Keep what identifies the execution; the full error is on the execution item.
             body = {k: v for k, v in body.items() if k != "body"} | {"truncated": True}
-            text = json.dumps(body, separators=(",", ":"), default=str)[: SQS_MESSAGE_LIMIT - 1024]
+            text = encode_record(body)[: SQS_MESSAGE_LIMIT - 1024]
         check_message(text)
         with mapped(f"queue {self.dlq_url}"):
             self._sqs.send_message(QueueUrl=self.dlq_url, MessageBody=text)
 
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         with mapped(f"queue {self.queue_url}"):
-            self._sqs.change_message_visibility(
+            self._visibility.change_message_visibility(
                 QueueUrl=self.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_seconds
             )

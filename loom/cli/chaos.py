@@ -32,9 +32,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     parser.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")
     parser.add_argument("--executions", type=int, default=100, help="soak: executions at once")
-    parser.add_argument("--seed", type=int, default=1, help="soak: the fault plan's seed")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="the soak's fault plan seed; also seeds --sqs-standard-chaos"
+    )
     parser.add_argument("--workers", type=int, default=3, help="soak: worker processes of the kit's stack")
     parser.add_argument("--plan", action="store_true", help="soak: print the fault plan and exit")
+    parser.add_argument(
+        "--sqs-standard-chaos",
+        type=float,
+        nargs="?",
+        const=0.1,
+        default=0.0,
+        metavar="RATE",
+        help="the kit's own stack delivers step messages like a standard queue (shuffled, at RATE held back "
+        "or delivered twice; default 0.1) for the whole run; AWS's queues do so already",
+    )
     parser.set_defaults(func=run)
 
 
@@ -54,7 +66,17 @@ def run(args: argparse.Namespace) -> int:
     from chaos.runner import run_all
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    results = run_all(names=names, emulator=args.emulator, out=progress, running=args.running, stack_name=args.stack)
+    if not _standard_chaos_ok(args):
+        return 2
+    results = run_all(
+        names=names,
+        emulator=args.emulator,
+        out=progress,
+        running=args.running,
+        stack_name=args.stack,
+        sqs_standard_chaos=args.sqs_standard_chaos,
+        sqs_chaos_seed=args.seed,
+    )
     print(report.to_json(results) if args.json else report.render_table(results))
     if args.junit:
         report.write_junit(results, args.junit)
@@ -77,8 +99,15 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
         for f in plan.faults:
             print(f"  t+{f.at:5.1f}s {f.kind:12} {f.params}")
         return 0
+    if not _standard_chaos_ok(args):
+        return 2
     with open_target(
-        emulator=args.emulator, running=args.running, stack_name=args.stack, workers=args.workers
+        emulator=args.emulator,
+        running=args.running,
+        stack_name=args.stack,
+        workers=args.workers,
+        sqs_standard_chaos=args.sqs_standard_chaos,
+        sqs_chaos_seed=args.seed,
     ) as target:
         summary = run_soak(target, args.executions, args.seed, out=progress)  # type: ignore[arg-type]
     result = summary.as_result()
@@ -89,6 +118,19 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
     if args.junit:
         report.write_junit([result], args.junit, suite="loom-chaos-soak")
     return 0 if not summary.violations else 1
+
+
+def _standard_chaos_ok(args: argparse.Namespace) -> bool:
+    rate = args.sqs_standard_chaos
+    if not 0.0 <= rate <= 1.0:
+        print(f"--sqs-standard-chaos is a rate between 0 and 1, not {rate}", file=sys.stderr)
+        return False
+    if rate and args.running:
+        print("--sqs-standard-chaos needs the kit's own stack; use `loom up --sqs-standard-chaos`", file=sys.stderr)
+        return False
+    if rate and args.emulator == "aws":
+        print("note: --sqs-standard-chaos is ignored against AWS: its standard queues reorder already", file=sys.stderr)
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

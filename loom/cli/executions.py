@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from engine.error_report import one_line
 from loom.cli import output
 from loom.client import ApiError, ClientError, ControlPlane, resolve_target
 
@@ -28,7 +29,24 @@ def _common() -> argparse.ArgumentParser:
     group.add_argument("--region", help="region to sign for (default: from the URL, else the AWS config)")
     group.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
     parent.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    parent.add_argument(
+        "--state-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="the local stack's state dir (default: $LOOM_STATE_DIR, else ./.loom)",
+    )
     return parent
+
+
+def execution_id(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an execution id cannot be empty")
+    return text
+
+
+def status_filter(text: str) -> str:
+    """Any case; the control plane says which statuses exist (and refuses the rest)."""
+    return text.strip().upper()
 
 
 def register(sub: Any) -> None:
@@ -40,20 +58,27 @@ def register(sub: Any) -> None:
         return parser
 
     p = add("start", start, "start an execution of WORKFLOW")
-    p.add_argument("workflow")
+    p.add_argument("workflow", help="a registered workflow's name (`loom workflows` lists them)")
     p.add_argument("--input", default="{}", help="a JSON object, @FILE, or - for stdin (default {})")
-    p.add_argument("--id", dest="execution_id", help="execution id (idempotent: the same id and input start once)")
+    p.add_argument(
+        "--id",
+        dest="execution_id",
+        type=execution_id,
+        help="execution id (idempotent: the same id and input start once)",
+    )
 
-    add("status", status, "show an execution").add_argument("id")
-    add("history", history, "show every step of an execution").add_argument("id")
+    add("status", status, "show an execution").add_argument("id", type=execution_id, help="the execution's id")
+    add("history", history, "show every step of an execution").add_argument(
+        "id", type=execution_id, help="the execution's id"
+    )
 
     p = add("list", list_, "list executions, newest first")
-    p.add_argument("--status", help="RUNNING, SLEEPING, COMPLETED, FAILED or CANCELLED")
-    p.add_argument("--workflow")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--status", type=status_filter, help="RUNNING, SLEEPING, COMPLETED, FAILED or CANCELLED (any case)")
+    p.add_argument("--workflow", help="only executions of this workflow")
+    p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     p.add_argument("--cursor", help="next_cursor of the previous page")
 
-    add("cancel", cancel, "cancel an execution").add_argument("id")
+    add("cancel", cancel, "cancel an execution").add_argument("id", type=execution_id, help="the execution's id")
     add("workflows", workflows, "list the registered workflows and their steps")
 
     dlq = sub.add_parser("dlq", help="look at and redrive the dead-letter queue", description="the dead-letter queue")
@@ -145,14 +170,7 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
     if args.json:
         output.as_json(body)
         return 0
-    rows = [
-        {
-            **s,
-            "tries": len(s.get("attempts") or []),
-            "problem": (s.get("error") or {}).get("message") if isinstance(s.get("error"), dict) else s.get("error"),
-        }
-        for s in body.get("steps", [])
-    ]
+    rows = [{**s, "tries": len(s.get("attempts") or []), "problem": _problem(s)} for s in body.get("steps", [])]
     output.table(
         rows,
         [
@@ -166,6 +184,15 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _problem(step: dict[str, Any]) -> str:
+    """The last failed attempt's cause in one line: type, message and where it was raised."""
+    for attempt in reversed(step.get("attempts") or []):
+        if isinstance(attempt, dict) and isinstance(attempt.get("error"), dict):
+            return one_line(attempt["error"])
+    error = step.get("error")
+    return one_line(error) if isinstance(error, dict) else str(error or "")
 
 
 def list_(client: ControlPlane, args: argparse.Namespace) -> int:

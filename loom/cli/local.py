@@ -17,17 +17,67 @@ from typing import Any
 from loom import stackfile
 from loom.cli.output import error
 from loom.local import clock as offset_clock
+from loom.local import procs
 
 DETACH_TIMEOUT = 180.0
 
 
+UP_DESCRIPTION = """\
+Start the local stack: an AWS emulator with template.yaml's table and queues, and the
+template's three functions (worker, sweeper, control plane) in local processes, fed the
+way Lambda feeds them (SQS event source, schedule, Function URL).
+
+The data is kept in the state dir (--state-dir, $LOOM_STATE_DIR, default ./.loom): a
+restart of `loom up` finds its executions again; --fresh starts empty. Endpoints and pids
+go to <state dir>/stack.json, where `loom` and the chaos kit find them. In the foreground,
+Ctrl-C stops everything; with -d it runs in the background until `loom down`.
+"""
+
+
+def add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="where the stack keeps stack.json, its data and logs (default: $LOOM_STATE_DIR, else ./.loom)",
+    )
+
+
 def register(sub: Any) -> None:
-    up = sub.add_parser("up", help="start the local stack (emulator + the template's three functions)")
-    up.add_argument("--emulator", choices=("embedded", "localstack", "aws"), default="embedded")
-    up.add_argument("--host", default="127.0.0.1")
+    up = sub.add_parser(
+        "up",
+        help="start the local stack (emulator + the template's three functions)",
+        description=UP_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    up.add_argument(
+        "--emulator",
+        choices=("embedded", "localstack", "aws"),
+        default="embedded",
+        help="embedded: moto in a child process (no Docker); localstack: LocalStack by docker compose; "
+        "aws: target a deployed stack (--stack) instead of running anything (default embedded)",
+    )
+    up.add_argument("--host", default="127.0.0.1", help="address the emulator and control plane listen on")
     up.add_argument("--port", type=int, default=5230, help="embedded emulator port (0: any free port)")
     up.add_argument("--api-port", type=int, default=5231, help="control plane port (0: any free port)")
-    up.add_argument("--workers", type=int, default=2, help="worker processes: the worker's concurrency")
+    up.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (the worker's concurrency); default: the template's ReservedConcurrentExecutions / "
+        "ScalingConfig.MaximumConcurrency, else 2 (an approximation). A number here overrides the template",
+    )
+    up.add_argument(
+        "--sqs-standard-chaos",
+        type=_rate,
+        nargs="?",
+        const=0.1,
+        default=0.0,
+        metavar="RATE",
+        help="deliver step messages like a standard queue: shuffled batches, and at RATE (default 0.1) "
+        "messages held back to a later batch or delivered twice",
+    )
+    up.add_argument("--sqs-chaos-seed", type=int, default=0, help="seed of --sqs-standard-chaos's decisions")
     up.add_argument("--tick", type=float, default=None, help="seconds between sweeper runs (default: the template's)")
     up.add_argument(
         "--visibility-timeout", type=int, default=None, help="override the step queue's visibility timeout (seconds)"
@@ -38,31 +88,64 @@ def register(sub: Any) -> None:
     up.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for every function"
     )
-    up.add_argument("--parameter", action="append", default=[], metavar="NAME=VALUE", help="template parameter")
+    up.add_argument(
+        "--parameter", action="append", default=[], metavar="NAME=VALUE", help="a template parameter override"
+    )
     up.add_argument("--endpoint-url", default=None, help="LocalStack's endpoint (default http://localhost:4566)")
     up.add_argument("--stack", default=None, help="--emulator aws: the CloudFormation stack name")
-    up.add_argument("--region", default=None)
-    up.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    up.add_argument("--region", default=None, help="AWS region of the resources (default us-east-1 locally)")
+    up.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="the stack's log level"
+    )
     up.add_argument("--log-file", default=None, help="write function and emulator output here")
     up.add_argument("-d", "--detach", action="store_true", help="run in the background; return once it answers")
+    up.add_argument("--fresh", action="store_true", help="forget the data kept in the state dir and start empty")
+    up.add_argument(
+        "--reload", action="store_true", help="restart the function processes when their source code changes"
+    )
+    up.add_argument(
+        "--watch",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="with --reload: another directory of code to watch (the stack's own packages always are)",
+    )
+    add_state_dir(up)
     up.set_defaults(func=cmd_up)
 
-    down = sub.add_parser("down", help="stop the local stack started by `loom up`")
-    down.add_argument("--timeout", type=float, default=30.0)
+    down = sub.add_parser(
+        "down",
+        help="stop the local stack started by `loom up`",
+        description="Stop the local stack: its supervisor, emulator and function processes. Only processes whose "
+        "pid, start time and command line match stack.json are ever signalled.",
+    )
+    down.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait before killing what is left (default 30)"
+    )
+    add_state_dir(down)
     down.set_defaults(func=cmd_down)
 
-    tm = sub.add_parser("time", help="local time travel: move every function's clock")
-    tsub = tm.add_subparsers(dest="time_command", metavar="ACTION")
+    tm = sub.add_parser(
+        "time",
+        help="local time travel: move every function's clock",
+        description="Move the running local stack's functions' clock (at most 10 years from real time).",
+    )
+    add_state_dir(tm)
+    tsub = tm.add_subparsers(dest="time_command", metavar="ACTION", help="advance, show or reset")
     tsub.required = True
     adv = tsub.add_parser("advance", help="add DURATION (90s, 15m, 2h, 1d) to the functions' clock")
-    adv.add_argument("duration")
+    adv.add_argument("duration", help="90s, 15m, 2h, 1d, 1h30m or a number of seconds")
     adv.set_defaults(func=cmd_time_advance)
     tsub.add_parser("show", help="print the offset and the functions' time").set_defaults(func=cmd_time_show)
     tsub.add_parser("reset", help="back to real time").set_defaults(func=cmd_time_reset)
 
-    demo = sub.add_parser("demo", help="run the example workflows end to end on a fresh embedded stack")
+    demo = sub.add_parser(
+        "demo",
+        help="run the example workflows end to end on a fresh embedded stack",
+        description="Run the example workflows end to end on a fresh embedded stack, then the chaos table.",
+    )
     demo.add_argument("--tick", type=float, default=0.5, help="seconds between sweeper runs")
-    demo.add_argument("--workers", type=int, default=2)
+    demo.add_argument("--workers", type=int, default=2, help="worker processes")
     demo.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the workflows")
     demo.add_argument("--no-chaos", action="store_true", help="skip the chaos table")
     demo.add_argument("--keep-state", action="store_true", help="keep the demo's state dir and logs")
@@ -70,6 +153,16 @@ def register(sub: Any) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is between 0 and 1, not {value}")
+    return value
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -80,18 +173,6 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
             raise SystemExit(f"loom: error: {what} must be NAME=VALUE, not {item!r}")
         out[name] = value
     return out
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _answers(url: str | None) -> bool:
@@ -110,11 +191,19 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
     out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}\n")
-    out.write(f"  control plane:               {info.get('control_plane_url')}\n")
+    signing = " (AWS_IAM: SigV4 with the stack file's key)" if info.get("control_plane_credentials") else ""
+    out.write(f"  control plane:               {info.get('control_plane_url')}{signing}\n")
     out.write(f"  table:                       {info.get('table')}\n")
     out.write(f"  step queue:                  {info.get('queue_url')}\n")
     out.write(f"  dead-letter queue:           {info.get('dlq_url')}\n")
     out.write(f"  worker pids:                 {info.get('worker_pids')}\n")
+    package = info.get("package") or {}
+    if package:
+        out.write(f"  function package (SOURCES):  {' '.join(package.get('sources', []))}\n")
+    for function, plan in (info.get("concurrency") or {}).items():
+        out.write(f"  concurrency of {function}: {plan.get('note')}\n")
+    if info.get("sqs_standard_chaos"):
+        out.write(f"  standard-queue delivery:     reorder/duplicate at rate {info['sqs_standard_chaos']}\n")
     out.write(f"  stack file:                  {stackfile.path()}\n")
     out.flush()
 
@@ -122,11 +211,40 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
 # ---------------------------------------------------------------------- up / down
 
 
+class Progress:
+    """``loom: waiting for …`` on stderr, then a line every few seconds while the wait lasts."""
+
+    def __init__(self, what: str, every: float = 3.0) -> None:
+        self.what, self.every = what, every
+        self.t0 = time.monotonic()
+        self._next = self.t0 + every
+        sys.stderr.write(f"loom: {what}...\n")
+        sys.stderr.flush()
+
+    def tick(self, detail: str = "") -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every
+            sys.stderr.write(f"  still waiting: {now - self.t0:.0f}s{', ' + detail if detail else ''}\n")
+            sys.stderr.flush()
+
+
+def _end_leftovers(info: dict[str, Any]) -> None:
+    """The previous stack died without `loom down`: end what is provably left of it."""
+    sys.stderr.write(f"loom: {stackfile.not_running_message(info)}\n")
+    ended = procs.signal_owned(info.get("processes"), signal.SIGKILL)
+    if ended:
+        sys.stderr.write(f"loom: ended {len(ended)} leftover processes of that stack: {ended}\n")
+    stackfile.remove()
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     current = stackfile.read()
-    if current and pid_alive(current.get("supervisor_pid")):
-        error(f"a stack is already running (supervisor pid {current['supervisor_pid']}); run `loom down` first")
-        return 1
+    if current and current.get("supervisor_pid"):
+        if stackfile.supervisor_running(current):
+            error(f"a stack is already running (supervisor pid {current['supervisor_pid']}); run `loom down` first")
+            return 1
+        _end_leftovers(current)
     if args.emulator == "aws":
         return _up_aws(args)
     if args.detach:
@@ -152,7 +270,7 @@ def _up_aws(args: argparse.Namespace) -> int:
     return 0
 
 
-def _options(args: argparse.Namespace) -> Any:
+def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
     from loom.local.stack import REGION, StackOptions
 
     return StackOptions(
@@ -163,6 +281,8 @@ def _options(args: argparse.Namespace) -> Any:
         workers=args.workers,
         tick=args.tick,
         state_dir=stackfile.state_dir(),
+        sqs_standard_chaos=args.sqs_standard_chaos,
+        sqs_chaos_seed=args.sqs_chaos_seed,
         env=_pairs(args.env, "--env"),
         timeouts={k: float(v) for k, v in _pairs(args.timeout, "--timeout").items()},
         queue_visibility_timeout=args.visibility_timeout,
@@ -170,15 +290,23 @@ def _options(args: argparse.Namespace) -> Any:
         region=args.region or REGION,
         endpoint_url=args.endpoint_url,
         log_file=Path(args.log_file) if args.log_file else None,
+        log_stream=log_stream,
+        persist=True,
+        fresh=args.fresh,
     )
 
 
 def _up_foreground(args: argparse.Namespace) -> int:
-    from engine.log import configure
+    from loom.cli import console
     from loom.local.emulator import EmulatorError
-    from loom.local.stack import LocalStack
+    from loom.local.package import PackageError
+    from loom.local.reload import SourceWatcher
+    from loom.local.snapshot import SnapshotError
+    from loom.local.stack import LocalStack, PortTaken
 
-    configure(args.log_level)
+    relay = None
+    if console.configure(args.log_level, sys.stdout) and not args.log_file:
+        relay = console.ConsoleRelay(sys.stdout).start()
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -186,19 +314,45 @@ def _up_foreground(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    stack = LocalStack(_options(args))
     try:
-        stack.start()
-    except (EmulatorError, OSError, KeyError, ValueError) as exc:
+        # Reading template.yaml can fail too (a schedule EventBridge rejects): a clear error, not a trace.
+        stack = LocalStack(_options(args, relay.stream if relay else None))
+    except (OSError, KeyError, ValueError) as exc:
         error(f"the stack did not start: {exc}")
         return 1
+    watcher = None
     try:
+        try:
+            stack.start()
+        except (PortTaken, SnapshotError) as exc:
+            error(str(exc))
+            return 1
+        except (EmulatorError, PackageError, OSError, KeyError, ValueError) as exc:
+            error(f"the stack did not start: {exc}")
+            return 1
+        if stack.restored:
+            sys.stderr.write(
+                f"loom: kept {stack.restored['items']} items and {stack.restored['messages']} messages "
+                f"from {stack.state_file} (--fresh starts empty)\n"
+            )
+            if stack.restored["skipped"]:
+                sys.stderr.write(
+                    f"loom: not in this template, not restored: {stack.restored['skipped']} "
+                    f"(the saved state is kept in {stack.restored['backup']})\n"
+                )
         _print_endpoints(stack.info)
+        if args.reload:
+            watcher = SourceWatcher(stack.source_dirs(args.watch), stack.reload_functions).start()
+            sys.stderr.write(f"loom: --reload watches {', '.join(map(str, watcher.roots))}\n")
         sys.stderr.write("loom: Ctrl-C or `loom down` stops it\n")
         while not stop.wait(0.5):
             pass
     finally:
+        if watcher is not None:
+            watcher.stop()
         stack.stop()
+        if relay is not None:
+            relay.close()
     return 0
 
 
@@ -217,17 +371,24 @@ def _up_detached(args: argparse.Namespace) -> int:
             env=env,
             start_new_session=True,  # survives the terminal; `loom down` stops it
         )
+    progress = Progress(f"starting the stack in the background (supervisor pid {proc.pid}, log {log_path})")
     deadline = time.monotonic() + DETACH_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            tail = _tail(log_path)
+            said = [line for line in tail.splitlines() if line.startswith("loom: error:")]
+            if said:  # the supervisor explained itself: that line, not the whole log
+                sys.stderr.write("\n".join(said[-1:]) + "\n")
+                return 1
             error(f"the stack exited with status {proc.returncode}; last lines of {log_path}:")
-            sys.stderr.write(_tail(log_path))
+            sys.stderr.write(tail)
             return 1
         info = stackfile.read(state)
         if info and info.get("supervisor_pid") == proc.pid and _answers(info.get("control_plane_url")):
             _print_endpoints(info)
             sys.stderr.write(f"loom: running in the background, logs in {log_path}; `loom down` stops it\n")
             return 0
+        progress.tick("functions starting" if info else "emulator starting")
         time.sleep(0.2)
     error(f"the stack did not answer within {DETACH_TIMEOUT:.0f}s; stopping it (logs in {log_path})")
     with contextlib.suppress(ProcessLookupError):
@@ -237,12 +398,21 @@ def _up_detached(args: argparse.Namespace) -> int:
 
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     argv = ["up", "--emulator", args.emulator, "--host", args.host, "--port", str(args.port)]
-    argv += ["--api-port", str(args.api_port), "--workers", str(args.workers), "--log-level", args.log_level]
+    argv += ["--api-port", str(args.api_port), "--log-level", args.log_level]
+    if args.workers is not None:
+        argv += ["--workers", str(args.workers)]
+    if args.sqs_standard_chaos:
+        argv += ["--sqs-standard-chaos", str(args.sqs_standard_chaos), "--sqs-chaos-seed", str(args.sqs_chaos_seed)]
     if args.tick is not None:
         argv += ["--tick", str(args.tick)]
     if args.visibility_timeout is not None:
         argv += ["--visibility-timeout", str(args.visibility_timeout)]
-    for flag, values in (("--timeout", args.timeout), ("--env", args.env), ("--parameter", args.parameter)):
+    for flag, values in (
+        ("--timeout", args.timeout),
+        ("--env", args.env),
+        ("--parameter", args.parameter),
+        ("--watch", [str(Path(w).resolve()) for w in args.watch]),
+    ):
         for value in values:
             argv += [flag, value]
     for flag, value in (("--endpoint-url", args.endpoint_url), ("--region", args.region)):
@@ -250,6 +420,7 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
             argv += [flag, value]
     if args.log_file:
         argv += ["--log-file", str(Path(args.log_file).resolve())]
+    argv += [flag for flag, on in (("--fresh", args.fresh), ("--reload", args.reload)) if on]
     return argv
 
 
@@ -259,13 +430,6 @@ def _tail(path: Path, lines: int = 30) -> str:
     except FileNotFoundError:
         return "(no log)\n"
     return "\n".join(text[-lines:]) + "\n"
-
-
-def _stack_pids(info: dict[str, Any]) -> list[int]:
-    pids = [info.get("supervisor_pid"), info.get("emulator_pid"), *(info.get("worker_pids") or [])]
-    for group in (info.get("function_pids") or {}).values():
-        pids.extend(group)
-    return sorted({int(p) for p in pids if p})
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -278,19 +442,21 @@ def cmd_down(args: argparse.Namespace) -> int:
         stackfile.remove()
         sys.stderr.write("loom: forgot the deployed stack target\n")
         return 0
-    pids = _stack_pids(info)
-    if pid_alive(supervisor):
-        os.kill(supervisor, signal.SIGTERM)
+    known = info.get("processes") or {}
+    if not stackfile.supervisor_running(info):
+        _end_leftovers(info)
+        return 0
+    os.kill(int(supervisor), signal.SIGTERM)
+    progress = Progress(f"stopping the stack (supervisor pid {supervisor})")
     deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+    while time.monotonic() < deadline and (left := procs.owned(known)):
+        progress.tick(f"{len(left)} processes left")
         time.sleep(0.1)
-    left = [p for p in pids if pid_alive(p)]
+    left = procs.owned(known)
     if left:
-        # The supervisor did not finish in time: these are its own processes, by the pids it recorded.
+        # The supervisor did not finish in time: these are provably its own processes.
         sys.stderr.write(f"loom: processes {left} still running after {args.timeout:.0f}s; killing them\n")
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        procs.signal_owned({str(p): known[str(p)] for p in left}, signal.SIGKILL)
     stackfile.remove()
     sys.stderr.write(f"loom: stack stopped (supervisor pid {supervisor})\n")
     return 0
@@ -299,10 +465,15 @@ def cmd_down(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- time
 
 
-def _offset_file() -> Path:
+def _offset_file(*, running: bool) -> Path:
+    """The running stack's clock file; ``running`` refuses when no stack is up to see a move."""
     info = stackfile.read()
     if info and info.get("emulator") == "aws":
         raise SystemExit("loom: error: time travel is local only; the deployed stack keeps real time")
+    if running and not info:
+        raise SystemExit("loom: error: no local stack is running here: `loom up` first (the clock is the stack's)")
+    if running and info and not stackfile.supervisor_running(info):
+        raise SystemExit(f"loom: error: {stackfile.not_running_message(info)}")
     if info and info.get("clock_offset_file"):
         return Path(info["clock_offset_file"])
     return stackfile.state_dir() / offset_clock.FILENAME
@@ -318,7 +489,7 @@ def _show(path: Path) -> None:
 def cmd_time_advance(args: argparse.Namespace) -> int:
     try:
         seconds = offset_clock.parse_duration(args.duration)
-        path = _offset_file()
+        path = _offset_file(running=True)
         offset_clock.advance(path, seconds)
     except ValueError as exc:
         error(str(exc))
@@ -328,12 +499,16 @@ def cmd_time_advance(args: argparse.Namespace) -> int:
 
 
 def cmd_time_show(args: argparse.Namespace) -> int:
-    _show(_offset_file())
+    try:
+        _show(_offset_file(running=False))
+    except ValueError as exc:
+        error(str(exc))
+        return 1
     return 0
 
 
 def cmd_time_reset(args: argparse.Namespace) -> int:
-    path = _offset_file()
+    path = _offset_file(running=False)
     offset_clock.reset(path)
     _show(path)
     return 0
@@ -362,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.required = True
     register(sub)
     args = parser.parse_args(argv)
+    if getattr(args, "state_dir", None):
+        os.environ["LOOM_STATE_DIR"] = str(Path(args.state_dir).resolve())
     return int(args.func(args) or 0)
 
 

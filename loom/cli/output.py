@@ -8,6 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 MAX_CELL = 60
+_NO_LIMIT = 1 << 30
+
+
+def _is_id(key: str) -> bool:
+    """An id is something to copy and paste: never shortened."""
+    return key == "id" or key.endswith("_id")
 
 
 def cell(value: Any, width: int = MAX_CELL) -> str:
@@ -34,7 +40,7 @@ def table(
         out.write("(none)\n")
         return
     grid = [[header.upper() for _, header in columns]] + [
-        [cell(row.get(key), width) for key, _ in columns] for row in rows
+        [cell(row.get(key), _NO_LIMIT if _is_id(key) else width) for key, _ in columns] for row in rows
     ]
     widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
     for line in grid:

@@ -8,9 +8,12 @@ sweeper is what wakes a long sleep.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
+
+from engine.clock import MAX_OFFSET_SECONDS, valid_offset
 
 FILENAME = "clock_offset"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -27,17 +30,33 @@ def parse_duration(text: str) -> float:
         match = _DURATION.match(part)
         assert match is not None
         total += float(match.group(1)) * _UNITS[match.group(2)]
+    if not math.isfinite(total) or total > MAX_OFFSET_SECONDS:
+        shown = text if len(text) <= 24 else text[:20] + "..."
+        raise ValueError(f"{shown!r} is too far: the clock moves at most {LIMIT_TEXT} from real time")
     return total
 
 
+LIMIT_TEXT = f"{MAX_OFFSET_SECONDS / 86400:.0f}d (10 years)"
+
+
 def read_offset(path: Path) -> float:
+    """The offset in ``path``; a value that is not a number or out of bounds reads as a ValueError."""
     try:
-        return float(path.read_text(encoding="utf-8").strip() or 0)
+        text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return 0.0
+    try:
+        seconds = float(text or 0)
+    except ValueError:
+        raise ValueError(f"{path} does not hold a number of seconds; `loom time reset` fixes it") from None
+    if not valid_offset(seconds):
+        raise ValueError(f"{path} holds {text}, beyond {LIMIT_TEXT}; `loom time reset` fixes it")
+    return seconds
 
 
 def write_offset(path: Path, seconds: float) -> float:
+    if not valid_offset(seconds):
+        raise ValueError(f"a clock offset of {seconds}s is beyond {LIMIT_TEXT}; `loom time reset` first")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(f"{seconds:.3f}\n", encoding="utf-8")
@@ -48,11 +67,19 @@ def write_offset(path: Path, seconds: float) -> float:
 def advance(path: Path, seconds: float) -> float:
     if seconds < 0:
         raise ValueError("time only moves forward; use `loom time reset` to go back to real time")
-    return write_offset(path, read_offset(path) + seconds)
+    if not math.isfinite(seconds):
+        raise ValueError("the clock moves by a finite duration")
+    current = read_offset(path)
+    if not valid_offset(current + seconds):
+        raise ValueError(
+            f"the clock is already {format_duration(current)} ahead; {format_duration(seconds)} more would pass "
+            f"{LIMIT_TEXT}; `loom time reset` first"
+        )
+    return write_offset(path, current + seconds)
 
 
 def reset(path: Path) -> float:
-    return write_offset(path, 0.0)
+    return write_offset(path, 0.0)  # works whatever the file held
 
 
 def format_duration(seconds: float) -> str:

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from engine.log import configure
 from loom.cli.output import table
-from loom.local.client import ok
+from loom.local.client import LocalApi, ok
 from loom.local.clock import format_duration
 from loom.local.stack import LocalStack, StackOptions
 
@@ -104,8 +104,7 @@ class Demo:
     # ------------------------------------------------------------------ workflows
 
     def workflows(self, stack: LocalStack) -> bool:
-        api = stack.api_url
-        assert api is not None
+        api = stack.api
         ids: dict[str, str] = {}
         for case in CASES:
             started = ok(api, "POST", "/executions", {"workflow": case.workflow, "input": case.input})
@@ -145,8 +144,7 @@ class Demo:
         return verdict
 
     def follow(self, stack: LocalStack, ids: dict[str, str]) -> dict[str, dict[str, Any]]:
-        api = stack.api_url
-        assert api is not None
+        api = stack.api
         seen: dict[str, tuple[Any, ...]] = {}
         final: dict[str, dict[str, Any]] = {}
         traveled = False
@@ -194,7 +192,7 @@ class Demo:
         if ex.get("status") != case.expected:
             problems.append(f"status {ex.get('status')} (expected {case.expected})")
         if case.workflow == "payment_retry" and ex.get("status") == "COMPLETED":
-            steps = self._history(stack.api_url or "", ex["id"])
+            steps = self._history(stack.api, ex["id"])
             charge = next((s for s in steps if s.get("name") == "flaky_charge"), {})
             if len(charge.get("attempts") or []) < 3:
                 problems.append("flaky_charge did not retry twice before succeeding")
@@ -217,13 +215,13 @@ class Demo:
         return False
 
     @staticmethod
-    def _history(api: str, ex_id: str) -> list[dict[str, Any]]:
+    def _history(api: LocalApi, ex_id: str) -> list[dict[str, Any]]:
         body = ok(api, "GET", f"/executions/{ex_id}/history")
         if isinstance(body, dict):
             body = body.get("steps") or body.get("history") or []
         return list(body)
 
-    def history(self, api: str, workflow: str, ex_id: str) -> None:
+    def history(self, api: LocalApi, workflow: str, ex_id: str) -> None:
         rows = []
         for st in self._history(api, ex_id):
             attempts = st.get("attempts") or []

@@ -60,10 +60,13 @@ class EmbeddedEmulator:
 
     kind = "embedded"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, log: IO[Any] | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, log: IO[Any] | None = None, state_file: Path | None = None
+    ) -> None:
         self.host = host
         self.port = port
         self._log = log
+        self.state_file = state_file  # where the data is saved once persist() is called
         self.proc: subprocess.Popen[str] | None = None
 
     @property
@@ -71,8 +74,11 @@ class EmbeddedEmulator:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> EmbeddedEmulator:
+        argv = [sys.executable, "-m", "loom.local.emulator_main", "--host", self.host, "--port", str(self.port)]
+        if self.state_file is not None:
+            argv += ["--state-file", str(self.state_file)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loom.local.emulator_main", "--host", self.host, "--port", str(self.port)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log if self._log is not None else subprocess.DEVNULL,
@@ -84,7 +90,7 @@ class EmbeddedEmulator:
         line = self.proc.stdout.readline()
         if not line:
             self.stop()
-            raise EmulatorError(f"moto server did not start on {self.host}:{self.port} (port taken?)")
+            raise EmulatorError(f"moto server did not start on {self.host}:{self.port} (is port {self.port} taken?)")
         self.port = int(json.loads(line)["port"])
         wait_http(f"{self.endpoint_url}/moto-api/", timeout)
         return self
@@ -93,6 +99,13 @@ class EmbeddedEmulator:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
+    def persist(self) -> None:
+        """From now on the emulator saves its data to ``state_file`` (after a restore, never before)."""
+        if self.proc is None or self.proc.stdin is None or self.state_file is None:
+            raise EmulatorError("persist() needs a started emulator with a state file")
+        self.proc.stdin.write("persist\n")
+        self.proc.stdin.flush()
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -100,7 +113,7 @@ class EmbeddedEmulator:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=15 if self.state_file is not None else 5)  # the last save runs now
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGKILL)

@@ -19,6 +19,7 @@ from typing import Any
 from engine.log import get_logger
 from loom.local.events import batch_failures, sqs_event
 from loom.local.pool import FunctionPool, Invocation, PoolClosed
+from loom.local.standard_queue import StandardQueueChaos, is_duplicate
 
 MAX_RECEIVE = 10  # SQS's own limit per ReceiveMessage
 POLL_WAIT_SECONDS = 2  # long poll; short enough that stopping is quick
@@ -40,6 +41,7 @@ class BatchOutcome:
     received: int
     deleted: int
     kept: int
+    duplicates: int = 0  # standard-queue chaos: extra deliveries, never deleted themselves
 
 
 class SqsEventSource:
@@ -53,12 +55,15 @@ class SqsEventSource:
         *,
         pollers: int | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        chaos: StandardQueueChaos | None = None,
     ) -> None:
         self._sqs = sqs
         self._pool = pool
         self.config = config
         self._pollers = pollers or pool.size
         self._on_batch = on_batch
+        # Rate 0 (the default) delivers in receive order; set_rate() turns standard-queue delivery on or off.
+        self.chaos = chaos or StandardQueueChaos()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._log = get_logger(component="esm", function=pool.function)
@@ -91,17 +96,18 @@ class SqsEventSource:
         )
         return list(resp.get("Messages") or [])
 
-    def gather(self) -> list[dict[str, Any]]:
-        """One batch: a long poll, then more messages until the batch is full or the window closes."""
-        messages = self._receive(self.config.batch_size, POLL_WAIT_SECONDS)
+    def gather(self, wait: int = POLL_WAIT_SECONDS, room: int | None = None) -> list[dict[str, Any]]:
+        """One batch: a long poll, then more messages until the batch (or ``room``) is full or the window closes."""
+        size = self.config.batch_size if room is None else room
+        messages = self._receive(size, wait)
         if not messages:
             return []
         window_end = time.monotonic() + self.config.batching_window
-        while len(messages) < self.config.batch_size and not self._stop.is_set():
+        while len(messages) < size and not self._stop.is_set():
             left = window_end - time.monotonic()
             if left <= 0:
                 break
-            more = self._receive(self.config.batch_size - len(messages), 0)
+            more = self._receive(size - len(messages), 0)
             if more:
                 messages.extend(more)
             else:
@@ -110,14 +116,17 @@ class SqsEventSource:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Messages the standard-queue chaos holds for a later batch take room in the next one.
+            room = self.config.batch_size - self.chaos.pending()
             try:
-                messages = self.gather()
+                messages = self.gather(room=room) if room > 0 else []
             except Exception as exc:  # the emulator going away at shutdown, or a hiccup
                 if self._stop.is_set():
                     return
                 self._log.warning("esm.receive_failed", error=str(exc))
                 self._stop.wait(1.0)
                 continue
+            messages = self.chaos.arrange(messages, self.config.batch_size)
             if not messages:
                 continue
             try:
@@ -138,10 +147,12 @@ class SqsEventSource:
             keep = batch_failures(inv.result, ids)
         else:
             keep = set()
-        done = [m for m in messages if keep is not None and m["MessageId"] not in keep]
+        done = [m for m in messages if keep is not None and m["MessageId"] not in keep and not is_duplicate(m)]
         deleted = self._delete(done)
         self.batches += 1
-        outcome = BatchOutcome(invocation=inv, received=len(messages), deleted=deleted, kept=len(messages) - deleted)
+        dups = sum(1 for m in messages if is_duplicate(m))
+        kept = len(messages) - dups - deleted
+        outcome = BatchOutcome(invocation=inv, received=len(messages), deleted=deleted, kept=kept, duplicates=dups)
         if self._on_batch is not None:
             self._on_batch(outcome)
         return outcome

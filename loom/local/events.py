@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 from urllib.parse import parse_qsl
+
+from loom import schedule
 
 ACCOUNT_ID = "123456789012"
 
@@ -38,17 +39,21 @@ class SqsEvent(TypedDict):
 
 
 def _message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
-    # The Lambda event spells SQS's StringValue/BinaryValue in camelCase and base64-encodes binaries.
+    # The Lambda event spells SQS's StringValue/BinaryValue in camelCase and base64-encodes
+    # binaries. Like AWS it leaves out the value a type does not have (no "binaryValue": null
+    # on a string) but always carries both list fields, empty.
+    out: dict[str, Any] = {}
+    if value.get("StringValue") is not None:
+        out["stringValue"] = value["StringValue"]
     binary = value.get("BinaryValue")
-    return {
-        "stringValue": value.get("StringValue"),
-        "binaryValue": base64.b64encode(binary).decode() if isinstance(binary, bytes) else binary,
-        "stringListValues": list(value.get("StringListValues") or []),
-        "binaryListValues": [
-            base64.b64encode(b).decode() if isinstance(b, bytes) else b for b in value.get("BinaryListValues") or []
-        ],
-        "dataType": value.get("DataType", "String"),
-    }
+    if binary is not None:
+        out["binaryValue"] = base64.b64encode(binary).decode() if isinstance(binary, bytes) else binary
+    out["stringListValues"] = list(value.get("StringListValues") or [])
+    out["binaryListValues"] = [
+        base64.b64encode(b).decode() if isinstance(b, bytes) else b for b in value.get("BinaryListValues") or []
+    ]
+    out["dataType"] = value.get("DataType", "String")
+    return out
 
 
 def sqs_record(message: Mapping[str, Any], queue_arn: str, region: str) -> SqsRecord:
@@ -111,16 +116,12 @@ def scheduled_event(rule_arn: str, region: str, now: float | None = None) -> dic
     }
 
 
-_RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
-_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
-
-
 def schedule_seconds(expression: str) -> float:
-    """Seconds between runs of a ``rate(...)`` expression (cron is not emulated)."""
-    match = _RATE.match(expression.strip())
-    if not match:
+    """Seconds between runs of a ``rate(...)`` expression (cron is checked, not emulated)."""
+    schedule.check(expression)  # ScheduleError (a ValueError) for what EventBridge rejects
+    if not expression.strip().startswith("rate("):
         raise ValueError(f"only rate(...) schedules run locally, not {expression!r}; use --tick")
-    return int(match.group(1)) * _UNITS[match.group(2).rstrip("s")]
+    return float(schedule.rate_seconds(expression))
 
 
 # ------------------------------------------------------------------ Function URL
@@ -146,6 +147,8 @@ class HttpRequest:
     source_ip: str = "127.0.0.1"
     host: str = "localhost"
     protocol: str = "HTTP/1.1"
+    scheme: str = "http"  # what the client connected with (AWS: always https)
+    port: int = 80  # the port the client connected to (AWS: 443)
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,35 @@ class HttpResponse:
     body: bytes = b""
 
 
-def function_url_event(req: HttpRequest, *, url_id: str = "local", now: float | None = None) -> dict[str, Any]:
-    """A Function URL (payload format 2.0) event for one HTTP request."""
+def trace_header(now: float | None = None) -> str:
+    """An X-Ray trace id as the Function URL front end adds it: ``Root=1-<epoch hex>-<96 bits>``."""
+    moment = int(time.time() if now is None else now)
+    return f"Root=1-{moment:08x}-{uuid.uuid4().hex[:24]}"
+
+
+def _event_body(body: bytes, content_type: str | None) -> tuple[str, bool]:
+    """The event's ``body`` and ``isBase64Encoded``: text stays text only when it decodes as UTF-8."""
+    if is_text(content_type):
+        try:
+            return body.decode("utf-8"), False
+        except UnicodeDecodeError:
+            pass  # AWS passes bytes it cannot read as text base64-encoded, never lossily
+    return base64.b64encode(body).decode(), True
+
+
+def function_url_event(
+    req: HttpRequest,
+    *,
+    url_id: str = "local",
+    now: float | None = None,
+    iam: Mapping[str, Any] | None = None,
+    trace_id: str | None = None,
+) -> dict[str, Any]:
+    """A Function URL (payload format 2.0) event for one HTTP request.
+
+    ``iam`` is ``requestContext.authorizer.iam`` from the verified signer (AuthType AWS_IAM);
+    without it (AuthType NONE) ``authorizer`` is null, as AWS documents it.
+    """
     headers: dict[str, str] = {}
     cookies: list[str] = []
     for name, value in req.headers:
@@ -166,47 +196,42 @@ def function_url_event(req: HttpRequest, *, url_id: str = "local", now: float | 
             continue
         # Repeated headers arrive comma-joined, as API Gateway and Function URLs do.
         headers[key] = f"{headers[key]},{value}" if key in headers else value
+    # What the Function URL's front end adds (it replaces any the client sent).
+    headers["x-forwarded-for"] = req.source_ip
+    headers["x-forwarded-proto"] = req.scheme
+    headers["x-forwarded-port"] = str(req.port)
+    headers["x-amzn-trace-id"] = trace_id or trace_header(now)
     params: dict[str, str] = {}
     for key, value in parse_qsl(req.query, keep_blank_values=True):
         params[key] = f"{params[key]},{value}" if key in params else value
     moment = time.time() if now is None else now
-    text = is_text(headers.get("content-type"))
+    context: dict[str, Any] = {
+        "accountId": ACCOUNT_ID if iam is None else str(iam.get("accountId") or ACCOUNT_ID),
+        "apiId": url_id,
+        "authentication": None,  # Function URLs never fill it
+        "authorizer": None if iam is None else {"iam": dict(iam)},
+        "domainName": req.host,
+        "domainPrefix": req.host.split(".")[0].split(":")[0],
+        "http": {
+            "method": req.method.upper(),
+            "path": req.path,
+            "protocol": req.protocol,
+            "sourceIp": req.source_ip,
+            "userAgent": headers.get("user-agent", ""),
+        },
+        "requestId": str(uuid.uuid4()),
+        "routeKey": "$default",
+        "stage": "$default",
+        "time": datetime.fromtimestamp(moment, tz=UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
+        "timeEpoch": int(moment * 1000),
+    }
     event: dict[str, Any] = {
         "version": "2.0",
         "routeKey": "$default",
         "rawPath": req.path,
         "rawQueryString": req.query,
         "headers": headers,
-        "requestContext": {
-            "accountId": ACCOUNT_ID,
-            "apiId": url_id,
-            "authorizer": {
-                # AuthType AWS_IAM: locally every caller is the account's own test identity.
-                "iam": {
-                    "accessKey": "testing",
-                    "accountId": ACCOUNT_ID,
-                    "callerId": "LOCAL",
-                    "cognitoIdentity": None,
-                    "principalOrgId": None,
-                    "userArn": f"arn:aws:iam::{ACCOUNT_ID}:user/local",
-                    "userId": "LOCAL",
-                }
-            },
-            "domainName": req.host,
-            "domainPrefix": req.host.split(".")[0].split(":")[0],
-            "http": {
-                "method": req.method.upper(),
-                "path": req.path,
-                "protocol": req.protocol,
-                "sourceIp": req.source_ip,
-                "userAgent": headers.get("user-agent", ""),
-            },
-            "requestId": str(uuid.uuid4()),
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": datetime.fromtimestamp(moment, tz=UTC).strftime("%d/%b/%Y:%H:%M:%S +0000"),
-            "timeEpoch": int(moment * 1000),
-        },
+        "requestContext": context,
         "isBase64Encoded": False,
     }
     if cookies:
@@ -214,26 +239,30 @@ def function_url_event(req: HttpRequest, *, url_id: str = "local", now: float | 
     if params:
         event["queryStringParameters"] = params
     if req.body:
-        if text:
-            event["body"] = req.body.decode("utf-8", errors="replace")
-        else:
-            event["body"] = base64.b64encode(req.body).decode()
-            event["isBase64Encoded"] = True
+        event["body"], event["isBase64Encoded"] = _event_body(req.body, headers.get("content-type"))
     return event
+
+
+IGNORED_RESPONSE_FIELDS = ("multiValueHeaders",)  # API Gateway REST fields a Function URL drops
+
+
+def ignored_response_fields(result: Any) -> list[str]:
+    """The fields of a handler's answer a Function URL ignores (the server logs a warning)."""
+    if not isinstance(result, Mapping) or "statusCode" not in result:
+        return []
+    return [name for name in IGNORED_RESPONSE_FIELDS if result.get(name)]
 
 
 def function_url_response(result: Any) -> HttpResponse:
     """Translate a handler's answer the way Function URLs do.
 
-    A dict with ``statusCode`` is a full response; any other JSON value is the
-    body of a 200 ``application/json`` response.
+    A dict with ``statusCode`` is a full response (``multiValueHeaders`` ignored, as AWS
+    does); any other JSON value is the body of a 200 ``application/json`` response.
     """
     if not (isinstance(result, Mapping) and "statusCode" in result):
         return HttpResponse(200, [("content-type", "application/json")], json.dumps(result).encode())
     status = int(result["statusCode"])
     headers = [(str(k), str(v)) for k, v in (result.get("headers") or {}).items()]
-    for name, values in (result.get("multiValueHeaders") or {}).items():
-        headers.extend((str(name), str(v)) for v in values)
     headers.extend(("set-cookie", str(c)) for c in result.get("cookies") or [])
     body = result.get("body")
     if body is None:
@@ -249,7 +278,12 @@ def function_url_response(result: Any) -> HttpResponse:
     return HttpResponse(status, headers, data)
 
 
-def function_error_response(error: Mapping[str, Any] | None, *, status: int = 502) -> HttpResponse:
-    """What a Function URL answers when the function errors, crashes or times out."""
-    body = {"Message": "Internal Server Error", **({"error": dict(error)} if error else {})}
-    return HttpResponse(status, [("content-type", "application/json")], json.dumps(body).encode())
+INTERNAL_ERROR = b"Internal Server Error"
+
+
+def function_error_response(*, status: int = 502) -> HttpResponse:
+    """What a Function URL answers when the function errors, crashes or times out.
+
+    A fixed body: the error type, message and stack trace go to the function's log only.
+    """
+    return HttpResponse(status, [("content-type", "text/plain; charset=utf-8")], INTERNAL_ERROR)

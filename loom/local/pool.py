@@ -1,9 +1,12 @@
 """A small pool of warm function processes: Lambda concurrency, locally.
 
-Each process imports its handler once and serves invocations one at a time.
-An invocation that runs past the function's Timeout is SIGKILLed, as Lambda
-does; a process that dies (killed, ``os._exit``, crashed interpreter) is
-replaced. Every invocation becomes an :class:`Invocation` record.
+Each process runs the local bootstrap from the function's package (see
+:mod:`loom.local.package`): it sees only the task root and the runtime's
+boto3, imports its handler once and serves invocations one at a time. An
+invocation that runs past the function's Timeout is SIGKILLed, as Lambda does;
+so is one whose process passes the function's MemorySize. A process that dies
+(killed, ``os._exit``, crashed interpreter) is replaced. Every invocation
+becomes an :class:`Invocation` record.
 """
 
 from __future__ import annotations
@@ -25,9 +28,51 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from loom.template import ROOT
+from loom.local.package import FunctionPackage
 
 STARTUP_TIMEOUT = 60.0
+MEMORY_POLL_SECONDS = 0.05  # how often a running invocation's peak memory is read
+
+
+def runtime_command(package: FunctionPackage, *args: str) -> list[str]:
+    """The bootstrap under this interpreter, isolated (-I: no PYTHON* variables, no cwd or user site;
+    -S: no site-packages), unbuffered and without bytecode writes (the task root is read-only)."""
+    return [sys.executable, "-I", "-S", "-B", "-u", str(package.bootstrap), *args]
+
+
+def package_env(env: Mapping[str, str], package: FunctionPackage) -> dict[str, str]:
+    out = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    out["LAMBDA_TASK_ROOT"] = str(package.task_root)
+    out["LAMBDA_RUNTIME_DIR"] = str(package.runtime_dir)
+    return out
+
+
+def peak_memory_mb(pid: int) -> float | None:
+    """The process's peak resident memory (VmHWM) in MB, or None where /proc cannot say.
+
+    The peak, not the current size: an allocation freed between two polls still
+    counts, as it would have hit Lambda's cgroup limit when it happened.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def over_memory(peak_mb: float | None, limit_mb: int) -> bool:
+    return peak_mb is not None and peak_mb > limit_mb
+
+
+def out_of_memory_error(request_id: str) -> dict[str, Any]:
+    # Lambda's report when the sandbox passes MemorySize (older runtimes said Runtime.ExitError).
+    return {
+        "errorType": "Runtime.OutOfMemory",
+        "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: signal: killed",
+    }
 
 
 class PoolClosed(Exception):
@@ -41,7 +86,7 @@ class Invocation:
     pid: int
     started_at: float
     duration_ms: float
-    outcome: str  # ok | error | crash | timeout
+    outcome: str  # ok | error | crash | timeout | oom
     result: Any = None
     error: dict[str, Any] | None = None
 
@@ -55,16 +100,22 @@ class Runtime:
     """One function process and its pipes."""
 
     def __init__(
-        self, *, function: str, handler: str, memory: int, env: Mapping[str, str], output: IO[Any] | None
+        self,
+        *,
+        function: str,
+        handler: str,
+        memory: int,
+        env: Mapping[str, str],
+        package: FunctionPackage,
+        output: IO[Any] | None,
     ) -> None:
         self.function = function
+        self.eof = False
         read_fd, write_fd = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "loom.local.runtime",
+                runtime_command(
+                    package,
                     "--handler",
                     handler,
                     "--function-name",
@@ -73,12 +124,14 @@ class Runtime:
                     str(memory),
                     "--reply-fd",
                     str(write_fd),
-                ],
+                    "--parent-pid",
+                    str(os.getpid()),
+                ),
                 stdin=subprocess.PIPE,
                 stdout=output,
                 stderr=output,
-                env=dict(env),
-                cwd=str(ROOT),
+                env=package_env(env, package),
+                cwd=str(package.task_root),
                 pass_fds=(write_fd,),
                 text=True,
                 # Its own process group: a Ctrl-C in the terminal reaches the supervisor only,
@@ -90,6 +143,7 @@ class Runtime:
         self._reply_fd = read_fd
         self._buffer = b""
         self.init_error: dict[str, Any] | None = None
+        self.generation = 0  # which recycle() of its pool it was started after
 
     @property
     def pid(self) -> int:
@@ -110,8 +164,10 @@ class Runtime:
                     return None
                 chunk = os.read(self._reply_fd, 65536)
             except (OSError, ValueError):  # closed under us: the pool is stopping
+                self.eof = True
                 return None
             if not chunk:
+                self.eof = True
                 return None
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -171,6 +227,7 @@ class FunctionPool:
         env: Mapping[str, str],
         timeout: float,
         size: int = 1,
+        package: FunctionPackage,
         memory: int = 128,
         output: IO[Any] | None = None,
         on_invocation: Callable[[Invocation], None] | None = None,
@@ -185,6 +242,7 @@ class FunctionPool:
         self.timeout = float(timeout)
         self.size = size
         self.memory = memory
+        self.package = package
         self._output = output
         self._on_invocation = on_invocation
         self._on_change = on_change
@@ -195,6 +253,7 @@ class FunctionPool:
         self._monitor: threading.Thread | None = None
         self.invocations: deque[Invocation] = deque(maxlen=history)
         self.replaced = 0
+        self.generation = 0  # bumped by recycle(): processes of an older one are replaced
 
     # ------------------------------------------------------------ lifecycle
 
@@ -230,9 +289,28 @@ class FunctionPool:
         with self._lock:
             return sorted(self._all)
 
+    def recycle(self) -> None:
+        """New code: replace every process with a fresh one that imports the handler again.
+
+        Idle processes go at once; a busy one finishes its invocation on the code it has
+        (as Lambda does when a function is updated) and is replaced when it comes back.
+        """
+        with self._lock:
+            self.generation += 1
+        idle: list[Runtime] = []
+        while True:
+            try:
+                idle.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        for rt in idle:
+            self._retire(rt)
+
     # ------------------------------------------------------------ invoke
 
-    def invoke(self, event: Any, *, request_id: str | None = None, wait: float | None = None) -> Invocation:
+    def invoke(
+        self, event: Any, *, request_id: str | None = None, wait: float | None = None, trace_id: str | None = None
+    ) -> Invocation:
         request_id = request_id or str(uuid.uuid4())
         rt = self._acquire(wait)
         started = time.time()
@@ -240,9 +318,12 @@ class FunctionPool:
         timeout_ms = int(self.timeout * 1000)
         outcome, result, error = "crash", None, None
         healthy = False
-        if rt.send({"id": request_id, "event": event, "timeout_ms": timeout_ms}):
-            reply = rt.read_line(t0 + self.timeout)
-            if reply is not None and reply.get("id") == request_id:
+        request = {"id": request_id, "event": event, "timeout_ms": timeout_ms, "trace_id": trace_id}
+        if rt.send(request):
+            reply, oom = self._await_reply(rt, t0 + self.timeout)
+            if oom:
+                outcome, error = "oom", out_of_memory_error(request_id)
+            elif reply is not None and reply.get("id") == request_id:
                 healthy = True
                 if reply.get("error") is not None:
                     outcome, error = "error", reply["error"]
@@ -279,12 +360,49 @@ class FunctionPool:
             self._on_invocation(inv)
         return inv
 
+    def _await_reply(self, rt: Runtime, deadline: float) -> tuple[dict[str, Any] | None, bool]:
+        """The reply (None on timeout or death), and whether the process passed MemorySize first.
+
+        The peak is read while waiting and once more after the reply: an answer
+        from a process that went over the limit is never delivered, as Lambda's
+        sandbox would have been killed before it could send it.
+        """
+        reply = None
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            reply = rt.read_line(min(deadline, now + MEMORY_POLL_SECONDS))
+            if reply is not None or rt.eof:
+                break
+            if over_memory(peak_memory_mb(rt.pid), self.memory):
+                rt.kill()
+                return None, True
+        if over_memory(peak_memory_mb(rt.pid), self.memory):
+            rt.kill()
+            return None, True
+        return reply, False
+
     # ------------------------------------------------------------ internals
 
     def _spawn(self) -> Runtime:
-        return Runtime(
-            function=self.function, handler=self.handler, memory=self.memory, env=self.env, output=self._output
+        rt = Runtime(
+            function=self.function,
+            handler=self.handler,
+            memory=self.memory,
+            env=self.env,
+            package=self.package,
+            output=self._output,
         )
+        rt.generation = self.generation
+        return rt
+
+    def _retire(self, rt: Runtime) -> None:
+        """Close a healthy process of an older generation and start its replacement."""
+        rt.close(grace=1.0)
+        with self._lock:
+            self._all.pop(rt.pid, None)
+        self._replace(rt, count=False)
 
     def _register(self, rt: Runtime) -> None:
         # Only ready processes are listed: pids() is what a chaos kill may aim at.
@@ -303,23 +421,29 @@ class FunctionPool:
                 rt = self._idle.get(timeout=left)
             except queue.Empty:
                 continue
-            if rt.alive():
+            if not rt.alive():
+                self._replace(rt)  # died while idle (killed from outside)
+            elif rt.generation < self.generation:
+                self._retire(rt)  # missed by recycle() (the monitor held it): still old code
+            else:
                 return rt
-            self._replace(rt)  # died while idle (killed from outside)
 
     def _release(self, rt: Runtime) -> None:
         if self._closed.is_set():
             rt.close(grace=1.0)
+        elif rt.generation < self.generation:
+            self._retire(rt)
         else:
             self._idle.put(rt)
 
-    def _replace(self, rt: Runtime) -> None:
+    def _replace(self, rt: Runtime, count: bool = True) -> None:
         rt.kill()
         with self._lock:
             self._all.pop(rt.pid, None)
         if self._closed.is_set():
             return
-        self.replaced += 1
+        if count:  # a death, not a reload
+            self.replaced += 1
         self._changed()  # the dead pid leaves the stack file at once
         while not self._closed.is_set():
             new = self._spawn()
@@ -351,7 +475,10 @@ class FunctionPool:
                     break
                 (kept if rt.alive() else dead).append(rt)
             for rt in kept:
-                self._idle.put(rt)
+                if rt.generation < self.generation:
+                    self._retire(rt)  # held here while recycle() ran: still the old code
+                else:
+                    self._idle.put(rt)
             for rt in dead:
                 self._replace(rt)
 

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from loom.template import Template, function_environment
+from loom.template import Template, function_environment, local_stack_id
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:5230"
 ACCOUNT = "123456789012"
@@ -24,6 +24,7 @@ def local_refs(template: Template, endpoint: str, region: str = "us-east-1") -> 
     """The refs create_resources returns against moto at ``endpoint``, without asking moto."""
     refs: dict[str, Any] = {**template.parameter_defaults(), "AWS::Region": region, "AWS::AccountId": ACCOUNT}
     refs["AWS::StackName"] = f"loom-{refs.get('Stage', 'dev')}"
+    refs["AWS::StackId"] = local_stack_id(refs)
     for logical_id, res in template.of_type("AWS::SQS::Queue").items():
         name = str(template.resolve(res.get("Properties", {}).get("QueueName", logical_id), refs))
         refs[logical_id] = f"{endpoint}/{ACCOUNT}/{name}"

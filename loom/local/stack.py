@@ -14,11 +14,14 @@ the Function URL. ``loom up`` is a thin command line over this class.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,17 +33,47 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
+from loom.local import concurrency, procs, snapshot
+from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
+from loom.local.client import LocalApi
 from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
-from loom.local.http import FunctionUrlServer
+from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
+from loom.local.imports import FunctionImports, check_group, group_checks
+from loom.local.package import FunctionPackage
+from loom.local.package import build as build_package
 from loom.local.pool import FunctionPool, Invocation, output_file
+from loom.local.sigv4 import Principal, new_principal
+from loom.local.standard_queue import StandardQueueChaos
 from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 
 DEFAULT_PORT = 5230  # not LocalStack's 4566: both can run side by side
 DEFAULT_API_PORT = 5231
 REGION = "us-east-1"
+
+
+class PortTaken(RuntimeError):
+    """A port the stack needs is in use by another program."""
+
+
+def check_port(host: str, port: int, flag: str) -> None:
+    """Refuse early, naming the port and the flag that sets it, when ``host:port`` is taken."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # As the servers do: a port left in TIME_WAIT by the previous stack is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise PortTaken(
+                    f"port {port} on {host} is taken ({flag}): stop what uses it, or pass {flag} with another "
+                    "port (0 picks a free one)"
+                ) from None
+            raise
 
 
 class FunctionFailed(RuntimeError):
@@ -60,8 +93,10 @@ class StackOptions:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT  # the embedded emulator's port; 0 picks a free one
     api_port: int = DEFAULT_API_PORT  # the control plane's port; 0 picks a free one
-    workers: int = 2  # worker processes (and SQS pollers): the function's concurrency
-    api_workers: int = 2
+    # Worker processes (and SQS pollers). None: the template's ReservedConcurrentExecutions /
+    # ScalingConfig.MaximumConcurrency, else 2 (logged as an approximation). A number overrides the template.
+    workers: int | None = None
+    api_workers: int | None = None  # the control plane's processes; None as for workers
     tick: float | None = None  # seconds between sweeper runs; None = the template's schedule
     state_dir: Path | None = None  # None = $LOOM_STATE_DIR or ./.loom
     env: Mapping[str, str] = field(default_factory=dict)  # extra env for every function
@@ -75,8 +110,18 @@ class StackOptions:
     endpoint_url: str | None = None  # LocalStack's endpoint (default http://localhost:4566)
     template: Path = TEMPLATE
     log_file: Path | None = None  # where function and emulator output goes; None = inherit stdout
+    log_stream: IO[Any] | None = None  # or this open stream (not closed by the stack), e.g. a console relay
     write_stack_file: bool = True
     sweeper: bool = True  # run the sweeper on its schedule (tick_sweeper() works either way)
+    # What the functions' package holds, as the Makefile's SOURCES (None: $SOURCES, else the Makefile's).
+    sources: tuple[str, ...] | None = None
+    persist: bool = False  # embedded: keep the data (and the clock offset) in state_dir across restarts
+    fresh: bool = False  # with persist: forget what was saved and start empty
+    heartbeat: float = 2.0  # seconds between touches of the stack file (when it was last alive)
+    # Standard-queue delivery: reorder and occasionally duplicate what the worker receives, at this
+    # rate (0 = off, the emulator's strict send order). Seeded, so a run can be replayed.
+    sqs_standard_chaos: float = 0.0
+    sqs_chaos_seed: int = 0
 
 
 class _EndpointSession:
@@ -99,11 +144,9 @@ class _EndpointSession:
 
 def _base_env() -> dict[str, str]:
     # A Lambda's environment is not the developer's shell: only what a process needs to start.
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "COVERAGE_PROCESS_START")
+    # The interpreter runs isolated (-I -S): PYTHON* variables would be ignored, sys.path is the package's.
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONPATH"] = str(ROOT)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["TZ"] = "UTC"
     return env
 
@@ -120,6 +163,7 @@ class LocalStack:
         self.clock_offset_file = self.state_dir / offset_clock.FILENAME
         self.refs: dict[str, Any] = {}
         self.pools: dict[str, FunctionPool] = {}
+        self.package: FunctionPackage | None = None
         self.api_url: str | None = None
         self.endpoint_url: str | None = None
         self.started_at: float | None = None
@@ -127,7 +171,11 @@ class LocalStack:
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
         self._sweeper_thread: threading.Thread | None = None
+        self.sweeper_async: AsyncInvoker | None = None
+        self.concurrency: dict[str, concurrency.ConcurrencyPlan] = {}
         self._stopping = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+        self.restored: dict[str, Any] | None = None  # what a persistent start put back
         self._file_lock = threading.Lock()
         self._output: IO[Any] | None = None
         self._session: _EndpointSession | None = None
@@ -135,6 +183,9 @@ class LocalStack:
         self._roles: dict[str, str] = {}  # logical id -> worker | sweeper | api
         self._tick_seconds: float | None = None
         self._log = get_logger(component="stack")
+        # The one IAM principal the local Function URL accepts: new per stack, so a control plane
+        # bound to another interface (--host 0.0.0.0) answers only whoever can read the stack file.
+        self.principal: Principal = new_principal()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -154,26 +205,54 @@ class LocalStack:
             raise
         return self
 
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / snapshot.FILENAME
+
     def _start(self) -> None:
         opts = self.options
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
+        if opts.emulator == "embedded":
+            check_port(opts.host, opts.port, "--port")
+        check_port(opts.host, opts.api_port, "--api-port")
+        saved = self._saved_state()
+        if saved is None:
+            offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
+        self.package = build_package(self.state_dir, opts.sources)
+        self._assign_roles()
+        self._check_imports()  # before anything starts: a module that cannot load stops `up` here
         if opts.log_file is not None:
             self._output = output_file(Path(opts.log_file))
+        elif opts.log_stream is not None:
+            self._output = opts.log_stream
         emulator_log = self._output or output_file(self.state_dir / "emulator.log")
         if opts.emulator == "embedded":
-            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log).start()
+            state_file = self.state_file if opts.persist else None
+            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log, state_file=state_file).start()
         else:
             self._emulator = LocalStackEmulator(opts.endpoint_url).start()
         self.endpoint_url = self._emulator.endpoint_url
         self._session = _EndpointSession(self.endpoint_url, opts.region)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
+        if saved is not None:
+            self.restored = snapshot.restore(self._session, saved)
+            if self.restored["skipped"]:
+                # The next save would drop them: keep the whole file aside first.
+                backup = self.state_dir / f"emulator-state.{int(time.time())}.json"
+                shutil.copy2(self.state_file, backup)
+                self.restored["backup"] = str(backup)
+            self._log.info("state.restored", file=str(self.state_file), **self.restored)
+        if isinstance(self._emulator, EmbeddedEmulator) and opts.persist:
+            self._emulator.persist()
         self._plan_functions()
         self._apply_visibility_override()
         self._start_pools()
         self.started_at = time.time()
         self._start_triggers()
         self.write_stack_file()
+        if opts.write_stack_file:
+            self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+            self._heartbeat_thread.start()
         self._log.info(
             "stack.started",
             emulator=opts.emulator,
@@ -182,6 +261,21 @@ class LocalStack:
             table=self.refs.get("Table"),
             worker_pids=self.worker_pids(),
         )
+
+    def _saved_state(self) -> dict[str, Any] | None:
+        """What a persistent start puts back (None: start empty, at real time)."""
+        opts = self.options
+        if not opts.persist or opts.emulator != "embedded":
+            return None
+        if opts.fresh:
+            with contextlib.suppress(FileNotFoundError):
+                self.state_file.unlink()
+            return None
+        return snapshot.read(self.state_file)  # SnapshotError: refuse to start rather than lose it
+
+    def _heartbeat(self) -> None:
+        while not self._stopping.wait(self.options.heartbeat):
+            stackfile.touch(self.state_dir)
 
     def stop(self) -> None:
         if self._stopping.is_set():
@@ -198,6 +292,11 @@ class LocalStack:
             self._esm.join()
         if self._sweeper_thread is not None:
             self._sweeper_thread.join(timeout=5)
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join(timeout=5)
+        if self.sweeper_async is not None:
+            self.sweeper_async.stop()
+            self.sweeper_async.join(timeout=2)
         if self._emulator is not None:
             with contextlib.suppress(Exception):
                 self._emulator.stop()
@@ -205,7 +304,7 @@ class LocalStack:
             current = stackfile.read(self.state_dir)
             if current is not None and current.get("supervisor_pid") == os.getpid():
                 stackfile.remove(self.state_dir)
-        if self._output is not None:
+        if self._output is not None and self._output is not self.options.log_stream:
             with contextlib.suppress(Exception):
                 self._output.close()
         self._log.info("stack.stopped")
@@ -215,8 +314,7 @@ class LocalStack:
     def _function_spec(self, logical_id: str) -> FunctionSpec:
         return self.template.functions()[logical_id]
 
-    def _plan_functions(self) -> None:
-        opts = self.options
+    def _assign_roles(self) -> None:
         for logical_id, spec in self.template.functions().items():
             props = self.template.resources[logical_id].get("Properties", {})
             kinds = {e.get("Type") for e in spec.events.values()}
@@ -226,8 +324,12 @@ class LocalStack:
                 self._roles[logical_id] = "sweeper"
             elif "FunctionUrlConfig" in props:
                 self._roles[logical_id] = "api"
-            else:
-                continue
+
+    def _plan_functions(self) -> None:
+        opts = self.options
+        for logical_id in self._roles:
+            spec = self._function_spec(logical_id)
+            props = self.template.resources[logical_id].get("Properties", {})
             name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
             env = _base_env()
             env.update(function_environment(spec, self.refs, self.template))
@@ -240,8 +342,9 @@ class LocalStack:
                     "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
                     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory),
                     "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{name}",
+                    "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+                    "_HANDLER": spec.handler,
                     "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
-                    "LAMBDA_TASK_ROOT": str(ROOT),
                 }
             )
             if self._roles[logical_id] == "worker" and opts.queue_visibility_timeout is not None:
@@ -251,6 +354,50 @@ class LocalStack:
             env.update(opts.env)
             env.update(opts.function_env.get(logical_id, {}))
             self._envs[logical_id] = env
+        self._plan_concurrency()
+
+    def _plan_concurrency(self) -> None:
+        overrides = {"worker": self.options.workers, "api": self.options.api_workers, "sweeper": None}
+        for logical_id, role in self._roles.items():
+            plan = concurrency.plan(self._function_spec(logical_id), role, overrides[role])
+            self.concurrency[logical_id] = plan
+            # Info, not a warning: `loom up` prints the notes (see loom.cli.local), the kit's runs stay quiet.
+            self._log.info(
+                "stack.concurrency",
+                function=logical_id,
+                processes=plan.size,
+                source=plan.source.value,
+                approximate=plan.approximate,
+                note=plan.note,
+            )
+
+    def _check_imports(self) -> None:
+        """Every handler and workflow module imports from the package, or the stack does not come up."""
+        package = self.package
+        assert package is not None
+        functions = [
+            FunctionImports(lid, self._function_spec(lid).handler, self._preflight_env(lid)) for lid in self._roles
+        ]
+        groups = group_checks(functions)
+        with ThreadPoolExecutor(max_workers=max(1, len(groups))) as ex:
+            list(ex.map(lambda group: check_group(package, group), groups))
+
+    def _preflight_env(self, logical_id: str) -> dict[str, str]:
+        """The function's environment as far as it is known before any resource exists.
+
+        Variables that name a resource (a table, a queue) are left out: importing a module must not
+        need them, and LOOM_WORKFLOW_MODULES, the one the check reads, is a parameter.
+        """
+        opts = self.options
+        refs = {**self.template.parameter_defaults(), **opts.parameters}
+        env = _base_env()
+        for name, value in self._function_spec(logical_id).environment.items():
+            with contextlib.suppress(KeyError, ValueError):
+                env[name] = str(self.template.resolve(value, refs))
+        env.update(fake_credentials(opts.region))
+        env.update(opts.env)
+        env.update(opts.function_env.get(logical_id, {}))
+        return env
 
     def _queue_of(self, event_props: Mapping[str, Any]) -> str:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
@@ -281,16 +428,18 @@ class LocalStack:
         return float(self.options.timeouts.get(logical_id, self._function_spec(logical_id).timeout))
 
     def _start_pools(self) -> None:
-        sizes = {"worker": self.options.workers, "sweeper": 1, "api": self.options.api_workers}
-        for logical_id, role in self._roles.items():
+        package = self.package
+        assert package is not None  # built first, in _start
+        for logical_id in self._roles:
             spec = self._function_spec(logical_id)
             self.pools[logical_id] = FunctionPool(
                 function=logical_id,
                 handler=spec.handler,
                 env=self._envs[logical_id],
                 timeout=self._timeout(logical_id),
-                size=max(1, sizes[role]),
+                size=self.concurrency[logical_id].size,
                 memory=spec.memory,
+                package=package,
                 output=self._output,
                 on_invocation=self._logged,
                 on_change=self._pool_changed,
@@ -322,18 +471,42 @@ class LocalStack:
                         in (props.get("FunctionResponseTypes") or []),
                     ),
                     on_batch=self._batch_logged,
+                    chaos=StandardQueueChaos(opts.sqs_standard_chaos, opts.sqs_chaos_seed),
                 ).start()
             elif role == "api":
-                self._http = FunctionUrlServer(self.pools[logical_id], opts.host, opts.api_port).start()
+                self._http = FunctionUrlServer(
+                    self.pools[logical_id], self._url_auth(logical_id), opts.host, opts.api_port
+                ).start()
                 self.api_url = self._http.url
             elif role == "sweeper":
-                schedule = next(e["Properties"] for e in self._function_spec(logical_id).events.values())
-                self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
-                if opts.sweeper and schedule.get("Enabled", True):
-                    self._sweeper_thread = threading.Thread(
-                        target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
-                    )
-                    self._sweeper_thread.start()
+                self._start_schedule(logical_id)
+
+    def _start_schedule(self, logical_id: str) -> None:
+        """EventBridge's rule: every tick an asynchronous invocation, retried by the function's EventInvokeConfig."""
+        opts = self.options
+        spec = self._function_spec(logical_id)
+        schedule = self.template.resolve(
+            next(e["Properties"] for e in spec.events.values() if e.get("Type") == "Schedule"), self.refs
+        )
+        self._tick_seconds = float(opts.tick) if opts.tick else schedule_seconds(schedule["Schedule"])
+        self.sweeper_async = AsyncInvoker(
+            self.pools[logical_id].invoke,
+            AsyncPolicy.from_event_invoke_config(self.template.resolve(spec.event_invoke, self.refs)),
+            clock=self._function_clock,
+            function=logical_id,
+        ).start()
+        if opts.sweeper and schedule.get("Enabled", True):
+            self._sweeper_thread = threading.Thread(
+                target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
+            )
+            self._sweeper_thread.start()
+
+    def _url_auth(self, logical_id: str) -> UrlAuth:
+        props = self.template.resources[logical_id].get("Properties", {})
+        kind = AuthType(str((props.get("FunctionUrlConfig") or {}).get("AuthType", "AWS_IAM")))
+        if kind is AuthType.NONE:
+            return UrlAuth(AuthType.NONE, self.options.region)
+        return UrlAuth.iam(self.options.region, self.principal)
 
     def _sweeper_id(self) -> str:
         for logical_id, role in self._roles.items():
@@ -345,11 +518,15 @@ class LocalStack:
         stack = self.refs.get("AWS::StackName")
         return f"arn:aws:events:{self.options.region}:123456789012:rule/{stack}-{logical_id}Tick"
 
+    def _function_clock(self) -> float:
+        # The functions' clock (time travel included): `loom time advance 2m` makes a pending retry due.
+        return time.time() + offset_clock.read_offset(self.clock_offset_file)
+
     def _sweep_forever(self, logical_id: str) -> None:
-        assert self._tick_seconds is not None
+        assert self._tick_seconds is not None and self.sweeper_async is not None
         while not self._stopping.wait(self._tick_seconds):
-            with contextlib.suppress(Exception):
-                self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
+            # Fire and forget, as EventBridge does: a run still going does not hold the next tick back.
+            self.sweeper_async.submit(scheduled_event(self._rule_arn(logical_id), self.options.region))
 
     # ------------------------------------------------------------------ logging and the stack file
 
@@ -383,6 +560,12 @@ class LocalStack:
             if self._roles.get(pool.function) == "worker":
                 self._log.info("pool.changed", function=pool.function, pids=pool.pids(), replaced=pool.replaced)
 
+    def all_pids(self) -> list[int]:
+        """The supervisor, the emulator and every function process: what `loom down` may end."""
+        pids = [os.getpid(), getattr(self._emulator, "pid", None)]
+        pids += [pid for pool in self.pools.values() for pid in pool.pids()]
+        return [p for p in pids if p]
+
     @property
     def info(self) -> dict[str, Any]:
         return {
@@ -390,6 +573,7 @@ class LocalStack:
             "region": self.options.region,
             "aws_endpoint_url": self.endpoint_url,
             "control_plane_url": self.api_url,
+            "control_plane_credentials": self.principal.to_json(),
             "table": self.refs.get("Table"),
             "queue_url": self.refs.get("StepQueue"),
             "dlq_url": self.refs.get("DeadLetterQueue"),
@@ -401,9 +585,23 @@ class LocalStack:
             "function_pids": {k: p.pids() for k, p in self.pools.items()},
             "emulator_pid": getattr(self._emulator, "pid", None),
             "state_dir": str(self.state_dir),
+            # pid -> start time and command line: only these exact processes are ever signalled.
+            "processes": procs.records(self.all_pids()),
+            "persistent": bool(self.options.persist and self.options.emulator == "embedded"),
             "sweeper_tick_seconds": self._tick_seconds,
+            "concurrency": {
+                k: {"processes": p.size, "source": p.source.value, "note": p.note} for k, p in self.concurrency.items()
+            },
+            "sqs_standard_chaos": self._esm.chaos.rate if self._esm is not None else 0.0,
             "refs": {k: v for k, v in self.refs.items() if isinstance(v, (str, int, float))},
             "python": sys.executable,
+            "package": None
+            if self.package is None
+            else {
+                "sources": list(self.package.sources),
+                "task_root": str(self.package.task_root),
+                "runtime_dir": str(self.package.runtime_dir),
+            },
         }
 
     def write_stack_file(self) -> None:
@@ -413,6 +611,13 @@ class LocalStack:
             stackfile.write(self.info, self.state_dir)
 
     # ------------------------------------------------------------------ the API tools use
+
+    @property
+    def api(self) -> LocalApi:
+        """The control plane's URL and the principal to sign requests with (loom.local.client)."""
+        if self.api_url is None:
+            raise EmulatorError("the stack has no control plane (not started, or no Function URL)")
+        return LocalApi(self.api_url, self.principal.credentials(), self.options.region)
 
     def function_env(self, logical_id: str) -> dict[str, str]:
         """The exact environment a function's processes get (to call its handler in-process)."""
@@ -439,9 +644,53 @@ class LocalStack:
             out = out[-limit:]
         return [inv.record() for inv in out]
 
+    def source_dirs(self, extra: Iterable[str | Path] = ()) -> list[Path]:
+        """Where the functions' code comes from: what `loom up --reload` watches.
+
+        The SOURCES the functions' package is built from (as the Makefile builds it for
+        Lambda), every other PYTHONPATH entry the functions get, and ``extra``.
+        """
+        dirs = [Path(name) if Path(name).is_absolute() else ROOT / name for name in self.package.sources]
+        for env in self._envs.values():
+            for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+                if entry and Path(entry).resolve() != ROOT:
+                    dirs.append(Path(entry))
+        dirs += [Path(d) for d in extra]
+        out: list[Path] = []
+        for d in dirs:
+            d = d.resolve()
+            if d.is_dir() and d not in out:
+                out.append(d)
+        return out
+
+    def reload_functions(self, changed: list[str] | None = None) -> None:
+        """Replace every function process so the next invocations import the code afresh."""
+        self._log.info("functions.reloading", changed=(changed or [])[:10])
+        # The functions run from a built package: rebuild it (cached by content) first.
+        self.package = build_package(self.state_dir, self.options.sources)
+        for pool in self.pools.values():
+            pool.package = self.package
+            pool.recycle()
+        self.write_stack_file()
+
     def invoke(self, logical_id: str, event: Any) -> Invocation:
         """Invoke one of the stack's functions directly (as ``aws lambda invoke`` would)."""
         return self.pools[logical_id].invoke(event)
+
+    def set_sqs_standard_chaos(self, rate: float) -> float:
+        """Turn standard-queue delivery on (rate > 0) or off (0) while the stack runs; the previous rate."""
+        if self._esm is None:
+            raise EmulatorError("the stack has no SQS-triggered function")
+        previous = self._esm.chaos.rate
+        self._esm.chaos.set_rate(rate)
+        self._log.info("esm.standard_queue_chaos", rate=rate, seed=self._esm.chaos.seed)
+        return previous
+
+    def sqs_chaos_counts(self) -> dict[str, int]:
+        """What standard-queue delivery did so far: batches, reordered, held, duplicated."""
+        if self._esm is None:
+            return {}
+        return dict(self._esm.chaos.counts().__dict__)
 
     def tick_sweeper(self) -> dict[str, Any]:
         """Run one sweeper invocation now, with a real scheduled event; its sweep report."""

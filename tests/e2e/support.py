@@ -11,16 +11,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loom.local.client import call, ok
+from loom.local.client import LocalApi, call, ok
 from tests.logs import json_lines
 
 LOOM = [sys.executable, "-m", "loom"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def loom(state_dir: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LOOM_STATE_DIR": str(state_dir)}
-    return subprocess.run([*LOOM, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+def loom(
+    state_dir: Path,
+    *args: str,
+    timeout: float = 180,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOOM_STATE_DIR": str(state_dir), **(env or {})}
+    return subprocess.run([*LOOM, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def stack_info(state_dir: Path) -> dict[str, Any] | None:
@@ -56,17 +62,17 @@ def all_pids(info: dict[str, Any]) -> list[int]:
     return pids
 
 
-def start(api: str, workflow: str, data: dict[str, Any]) -> str:
+def start(api: LocalApi, workflow: str, data: dict[str, Any]) -> str:
     status, body = call(api, "POST", "/executions", {"workflow": workflow, "input": data})
     assert status == 201, body
     return body["id"]
 
 
-def status_of(api: str, ex_id: str) -> dict[str, Any]:
+def status_of(api: LocalApi, ex_id: str) -> dict[str, Any]:
     return ok(api, "GET", f"/executions/{ex_id}")
 
 
-def wait_status(api: str, ex_id: str, wanted: str, timeout: float = 60.0) -> dict[str, Any]:
+def wait_status(api: LocalApi, ex_id: str, wanted: str, timeout: float = 60.0) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         ex = status_of(api, ex_id)
         if ex["status"] in ("COMPLETED", "FAILED", "CANCELLED") and ex["status"] != wanted:

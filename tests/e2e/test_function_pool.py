@@ -5,19 +5,45 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
+import botocore
 import pytest
 
+from loom.local.package import FunctionPackage, build
 from loom.local.pool import FunctionPool
 
 pytestmark = pytest.mark.e2e
 
 H = "tests.e2e.fake_handlers"
+ROOT = Path(__file__).resolve().parents[2]
+BASE_ENV = {"PATH": os.environ.get("PATH", "")}
+
+_packages: list[FunctionPackage] = []
 
 
-def _pool(handler: str, *, timeout: float = 10, size: int = 1, env: dict[str, str] | None = None) -> FunctionPool:
-    base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.getcwd(), **(env or {})}
-    return FunctionPool(function="Fake", handler=f"{H}.{handler}", env=base, timeout=timeout, size=size).start()
+@pytest.fixture(autouse=True, scope="module")
+def _fake_package(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The fake handlers' own deployment package: tests/ (as a SOURCES entry) plus requirements.txt."""
+    _packages[:] = [build(tmp_path_factory.mktemp("pool-package"), [str(ROOT / "tests")])]
+
+
+def _built() -> FunctionPackage:
+    return _packages[0]
+
+
+def _pool(
+    handler: str, *, timeout: float = 10, size: int = 1, env: dict[str, str] | None = None, memory: int = 128
+) -> FunctionPool:
+    return FunctionPool(
+        function="Fake",
+        handler=f"{H}.{handler}",
+        env={**BASE_ENV, **(env or {})},
+        timeout=timeout,
+        size=size,
+        memory=memory,
+        package=_built(),
+    ).start()
 
 
 def _gone(pid: int, within: float = 5.0) -> bool:
@@ -103,15 +129,15 @@ def test_unserializable_answer_is_an_error():
 
 def test_missing_handler_answers_every_invocation_with_the_import_error():
     pool = FunctionPool(
-        function="Missing",
-        handler="tests.e2e.no_such_module.handler",
-        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.getcwd()},
-        timeout=5,
+        function="Missing", handler="tests.e2e.no_such_module.handler", env=BASE_ENV, timeout=5, package=_built()
     ).start()
     try:
         inv = pool.invoke({})
         assert inv.outcome == "error"
         assert inv.error["errorType"] == "Runtime.ImportModuleError"
+        assert inv.error["errorMessage"] == (
+            "Unable to import module 'tests.e2e.no_such_module': No module named 'tests.e2e.no_such_module'"
+        )
     finally:
         pool.stop()
 
@@ -121,9 +147,10 @@ def test_process_killed_while_idle_is_replaced():
     pool = FunctionPool(
         function="Fake",
         handler=f"{H}.echo",
-        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.getcwd()},
+        env=BASE_ENV,
         timeout=5,
         size=2,
+        package=_built(),
         on_change=lambda p: changes.append(p.pids()),
     ).start()
     try:
@@ -144,3 +171,107 @@ def test_stop_leaves_no_process():
     pids = pool.pids()
     pool.stop()
     assert all(_gone(pid) for pid in pids)
+
+
+# ---------------------------------------------------------------------- the deployment package, as in AWS
+
+
+def test_function_sees_its_package_and_the_runtimes_boto3_only():
+    pool = _pool("probe")
+    try:
+        wanted = ["moto", "yaml", "loom", "pytest", "boto3", "botocore", "s3transfer", "structlog", "tests.e2e"]
+        inv = pool.invoke({"modules": wanted})
+        assert inv.outcome == "ok", inv.error
+        importable = inv.result["importable"]
+        assert [m for m in ("moto", "yaml", "loom", "pytest") if importable[m]] == []
+        assert all(importable[m] for m in ("boto3", "botocore", "s3transfer", "structlog", "tests.e2e"))
+        package = _built()
+        assert inv.result["cwd"] == inv.result["task_root"] == str(package.task_root)
+        assert inv.result["sys_path"][:2] == [str(package.task_root), str(package.runtime_dir)]
+        assert not any("site-packages" in p for p in inv.result["sys_path"])
+        assert inv.result["site_builtins"]  # exit, quit, help: Lambda's interpreter runs site
+    finally:
+        pool.stop()
+
+
+def test_a_stray_import_fails_every_invocation_as_aws_does():
+    pool = FunctionPool(
+        function="Stray", handler="tests.e2e.stray_import.handler", env=BASE_ENV, timeout=5, package=_built()
+    ).start()
+    try:
+        for _ in range(2):
+            inv = pool.invoke({"n": 1})
+            assert inv.outcome == "error"
+            assert inv.error["errorType"] == "Runtime.ImportModuleError"
+            assert inv.error["errorMessage"] == (
+                "Unable to import module 'tests.e2e.stray_import': No module named 'yaml'"
+            )
+            assert inv.error["stackTrace"] == []
+    finally:
+        pool.stop()
+
+
+def test_task_root_runtime_and_stdlib_are_read_only_and_tmp_is_writable(tmp_path: Path):
+    pool = _pool("writes")
+    root = str(_built().task_root)
+    here = f"{root}/tests/e2e/fake_handlers.py"
+    probes = [
+        Path(botocore.__file__).parent / "loom-read-only-probe.txt",
+        Path(os.__file__).parent / "loom-read-only-probe.txt",
+    ]
+    try:
+        inv = pool.invoke({"tmp": str(tmp_path)})
+        assert inv.outcome == "ok", inv.error
+        erofs = "OSError: [Errno 30] Read-only file system: "
+        assert inv.result == {
+            "runtime": f"{erofs}'{_built().runtime_dir}/botocore/loom-read-only-probe.txt'",
+            "stdlib": f"{erofs}'{probes[1]}'",
+            "create": f"{erofs}'{root}/new.txt'",
+            "append": f"{erofs}'{here}'",
+            "os_open": f"{erofs}'{root}/raw.txt'",
+            "mkdir": f"{erofs}'{root}/newdir'",
+            "remove": f"{erofs}'{here}'",
+            "rename": f"{erofs}'{here}' -> '{root}/moved.py'",
+            "tmp": None,
+            "read": None,
+        }
+        assert (tmp_path / "ok.txt").exists()
+        assert not [n for n in ("new.txt", "raw.txt", "newdir", "moved.py") if (Path(root) / n).exists()]
+        assert Path(here).is_file()
+        uncaught = pool.invoke({"tmp": str(tmp_path), "raise": True})
+        assert uncaught.outcome == "error"
+        assert uncaught.error["errorType"] == "OSError"
+        assert uncaught.error["errorMessage"] == f"[Errno 30] Read-only file system: '{root}/uncaught.txt'"
+    finally:
+        pool.stop()
+        for probe in probes:
+            probe.unlink(missing_ok=True)
+
+
+def test_invocation_past_memory_size_is_killed_as_out_of_memory():
+    pool = _pool("hog", memory=128)
+    try:
+        assert pool.invoke({"mb": 8}).outcome == "ok"  # well under the limit: the process stays warm
+        old = pool.pids()
+        inv = pool.invoke({"mb": 200}, request_id="req-oom")
+        assert inv.outcome == "oom"
+        assert inv.error == {
+            "errorType": "Runtime.OutOfMemory",
+            "errorMessage": "RequestId: req-oom Error: Runtime exited with error: signal: killed",
+        }
+        assert _gone(old[0])
+        assert pool.pids() and pool.pids() != old
+        assert pool.invoke({"mb": 8}).outcome == "ok"  # a fresh process, a fresh peak
+    finally:
+        pool.stop()
+
+
+def test_a_missing_handler_function_is_handler_not_found_as_aws_says():
+    pool = FunctionPool(function="Nope", handler=f"{H}.nope", env=BASE_ENV, timeout=5, package=_built()).start()
+    try:
+        inv = pool.invoke({})
+        assert inv.outcome == "error"
+        assert inv.error["errorType"] == "Runtime.HandlerNotFound"
+        assert inv.error["errorMessage"] == f"Handler 'nope' missing on module '{H}'"
+    finally:
+        pool.stop()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.client import ok
+from loom.local.client import LocalApi, ok
 from tests.e2e.support import (
     alive,
     all_pids,
@@ -61,9 +61,10 @@ def down(state_dir: Path, info: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     state_dir = tmp_path_factory.mktemp("stack")
-    info = up(state_dir, "--timeout", f"WorkerFunction={WORKER_TIMEOUT}")
+    # The hold knob these tests use is obeyed only with the chaos switch on.
+    info = up(state_dir, "--timeout", f"WorkerFunction={WORKER_TIMEOUT}", "--parameter", "ChaosCrashAfterCheckpoint=on")
     try:
-        yield {**info, "state_dir": state_dir, "api": info["control_plane_url"]}
+        yield {**info, "state_dir": state_dir, "api": LocalApi.from_info(info)}
     finally:
         down(state_dir, info)
 
@@ -78,6 +79,24 @@ def test_stack_file_describes_the_running_stack(stack):
     assert all(alive(pid) for pid in all_pids(stack))
     assert stack["worker_pids"] == stack["function_pids"]["WorkerFunction"]
     assert set(stack["function_pids"]) == {"WorkerFunction", "SweeperFunction", "ControlPlaneFunction"}
+
+
+def test_every_function_runs_from_the_built_package_not_the_venv(stack):
+    package = stack["package"]
+    task_root = Path(package["task_root"])
+    assert package["sources"] == ["engine", "functions", "workflows"]  # the Makefile's SOURCES
+    tops = sorted(p.name for p in task_root.iterdir() if not p.name.startswith("structlog"))
+    assert tops == ["engine", "functions", "workflows"]
+    for pids in stack["function_pids"].values():
+        for pid in pids:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert [a.decode() for a in argv[1:6]] == ["-I", "-S", "-B", "-u", f"{package['runtime_dir']}/bootstrap.py"]
+            assert os.readlink(f"/proc/{pid}/cwd") == str(task_root)
+            environ = dict(
+                item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item
+            )
+            assert environ["LAMBDA_TASK_ROOT"] == str(task_root)
+            assert "PYTHONPATH" not in environ
 
 
 def test_a_second_up_in_the_same_state_dir_is_refused(stack):
@@ -192,7 +211,8 @@ def test_sweeper_tick_and_time_travel_wake_a_sleeping_execution(stack):
 def test_down_leaves_no_process(tmp_path):
     info = up(tmp_path)
     pids = all_pids(info)
-    assert len(pids) == 2 + 2 + 1 + 2  # supervisor, emulator, workers, sweeper, control plane
+    # supervisor, emulator, workers, sweeper (2: its scheduled runs may overlap), control plane
+    assert len(pids) == 2 + 2 + 2 + 2
     down(tmp_path, info)
     assert not any(alive(pid) for pid in pids)
     assert loom(tmp_path, "down").returncode == 0  # a second down is harmless

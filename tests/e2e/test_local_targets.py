@@ -15,9 +15,10 @@ import yaml
 from botocore.stub import Stubber
 
 from loom.local.aws import StackNotReady, stack_info
-from loom.local.client import call, ok
+from loom.local.client import LocalApi, call, ok
 from loom.local.emulator import docker_available
 from loom.local.samlocal import env_vars
+from loom.local.sigv4 import new_principal
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import ROOT, loom, wait_for
 
@@ -90,19 +91,30 @@ def test_python_api_matches_the_template_and_drives_time(tmp_path: Path):
             actual = stack.function_env(function)
             assert {k: actual[k] for k in expected} == expected, function
             assert actual["LOOM_CLOCK_OFFSET_FILE"] == str(stack.clock_offset_file)
+            # Lambda's standard variables, as AWS sets them for the deployed function.
+            spec = stack.template.functions()[function]
+            assert actual["_HANDLER"] == spec.handler
+            assert actual["AWS_LAMBDA_INITIALIZATION_TYPE"] == "on-demand"
+            assert actual["AWS_LAMBDA_LOG_GROUP_NAME"] == f"/aws/lambda/{actual['AWS_LAMBDA_FUNCTION_NAME']}"
+        assert stack.function_env("ControlPlaneFunction")["AWS_LAMBDA_FUNCTION_NAME"] == "loom-dev-control-plane"
         assert stack.refs["Table"] == "loom-dev"
         assert stack.info["supervisor_pid"] == os.getpid()
         assert json.loads((tmp_path / "stack.json").read_text())["worker_pids"] == stack.worker_pids()
 
-        status, body = call(stack.api_url, "POST", "/executions", {"workflow": "order_fulfillment", "input": {}})
+        # The control plane is AWS_IAM: unsigned is refused, the stack's own principal is not.
+        assert (
+            call(LocalApi(stack.api.url, new_principal().credentials(), stack.api.region), "GET", "/workflows")[0]
+            == 403
+        )
+        status, body = call(stack.api, "POST", "/executions", {"workflow": "order_fulfillment", "input": {}})
         assert status == 201, body
         ex_id = body["id"]
-        wait_for("the sleep", lambda: ok(stack.api_url, "GET", f"/executions/{ex_id}")["status"] == "SLEEPING")
+        wait_for("the sleep", lambda: ok(stack.api, "GET", f"/executions/{ex_id}")["status"] == "SLEEPING")
         assert stack.tick_sweeper()["woken"] == 0  # the scheduled sweeper is off: nothing wakes it but us
         assert stack.advance_time(3600 + 5) == pytest.approx(3605)
         assert stack.time_offset() == pytest.approx(3605)
         assert stack.tick_sweeper()["woken"] == 1
-        wait_for("completion", lambda: ok(stack.api_url, "GET", f"/executions/{ex_id}")["status"] == "COMPLETED")
+        wait_for("completion", lambda: ok(stack.api, "GET", f"/executions/{ex_id}")["status"] == "COMPLETED")
         sweeps = stack.invocations("SweeperFunction")
         assert [s["outcome"] for s in sweeps] == ["ok", "ok"]
         assert all(s["request_id"] and s["pid"] for s in stack.invocations())
@@ -125,11 +137,11 @@ def test_localstack_runs_the_stack(tmp_path: Path):
     opts = StackOptions(emulator="localstack", api_port=0, workers=1, api_workers=1, tick=1, state_dir=tmp_path)
     with LocalStack(opts) as stack:
         assert stack.endpoint_url.endswith(":4566")
-        status, body = call(stack.api_url, "POST", "/executions", {"workflow": "pipeline", "input": {}})
+        status, body = call(stack.api, "POST", "/executions", {"workflow": "pipeline", "input": {}})
         assert status == 201, body
         wait_for(
             "completion",
-            lambda: ok(stack.api_url, "GET", f"/executions/{body['id']}")["status"] == "COMPLETED",
+            lambda: ok(stack.api, "GET", f"/executions/{body['id']}")["status"] == "COMPLETED",
             timeout=120,
         )
 

@@ -1,6 +1,6 @@
 """Helpers for the handler, API and CLI tests: the functions' environment from template.yaml,
 Function URL events, a local HTTP server in front of ``functions.api.handler``, and a
-SigV4 verifier standing in for the Function URL's IAM check."""
+server answering with the local stack's SigV4 check (loom.local.sigv4)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
-
 from functions import api
 from loom.local.events import HttpRequest, function_url_event
+from loom.local.sigv4 import Principal, amz_now, verify
 from loom.template import Template, function_environment
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -89,30 +86,12 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str) -> dict[str, Any]:
     return {"Records": records}
 
 
-def verify_sigv4(method: str, url: str, headers: dict[str, str], body: bytes, credentials: Credentials) -> str | None:
-    """None if the request carries a valid SigV4 signature for service lambda, else why not."""
-    auth = headers.get("authorization", "")
-    if not auth.startswith("AWS4-HMAC-SHA256 "):
-        return "missing SigV4 Authorization header"
-    parts = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
-    scope = parts["Credential"].split("/")
-    if scope[0] != credentials.access_key or scope[3] != "lambda":
-        return f"credential scope {parts['Credential']} is not for this key and service lambda"
-    signed = parts["SignedHeaders"].split(";")
-    if "host" not in signed or "x-amz-date" not in signed:
-        return "host and x-amz-date must be signed"
-    request = AWSRequest(method=method, url=url, data=body, headers={h: headers[h] for h in signed if h in headers})
-    request.context["timestamp"] = headers["x-amz-date"]
-    signer = SigV4Auth(credentials, "lambda", scope[2])
-    expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
-    return None if expected == parts["Signature"] else "signature does not match"
-
-
 @contextmanager
-def function_url_server(credentials: Credentials | None = None) -> Iterator[str]:
+def function_url_server(principal: Principal, region: str = "us-east-1") -> Iterator[str]:
     """``functions.api.handler`` behind http.server on a free port; yields its base URL.
 
-    With ``credentials`` it answers like an AWS_IAM Function URL: 403 unless signed.
+    It answers like the local stack's AWS_IAM Function URL: the same SigV4 check
+    (loom.local.sigv4), 403 with AWS's body unless signed by ``principal``.
     """
 
     class Handler(BaseHTTPRequestHandler):
@@ -120,13 +99,22 @@ def function_url_server(credentials: Credentials | None = None) -> Iterator[str]
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
             headers = {k.lower(): v for k, v in self.headers.items()}
-            if credentials is not None:
-                url = f"http://{headers.get('host')}{self.path}"
-                problem = verify_sigv4(self.command, url, headers, body, credentials)
-                if problem is not None:
-                    self._reply(403, {"content-type": "application/json"}, json.dumps({"Message": problem}).encode())
-                    return
-            answer = api.handler(dict(request_event(self.command, self.path, headers, body)), None)
+            url = f"http://{headers.get('host')}{self.path}"
+            verdict = verify(
+                self.command,
+                url,
+                headers,
+                body,
+                principals={principal.access_key: principal},
+                region=region,
+                now=amz_now(),
+            )
+            if not verdict.allowed:
+                status, pairs, data = verdict.answer()
+                self._reply(status, dict(pairs), data)
+                return
+            event = dict(request_event(self.command, self.path, headers, body))
+            answer = api.handler(event, None)
             self._reply(answer["statusCode"], answer.get("headers") or {}, answer.get("body", "").encode())
 
         def _reply(self, status: int, headers: dict[str, str], data: bytes) -> None:

@@ -86,7 +86,11 @@ def test_start_accepts_a_base64_body(fn: Functions) -> None:
         (b'{"workflow": "pipeline", "input": {}, "execution_id": ""}', "invalid_execution_id"),
         (b'{"workflow": "pipeline", "input": {}, "execution_id": 42}', "invalid_execution_id"),
         ('{"workflow": "pipeline", "execution_id": "' + "x" * 129 + '"}', "invalid_execution_id"),
+        # Nested past the parser's stack: the client's fault (400), not the function's (500).
+        (b"[" * 100_000 + b"]" * 100_000, "malformed_json"),
+        (b'{"workflow": "pipeline", "input": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_001, "malformed_json"),
     ],
+    ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None,
 )
 def test_start_rejects_bad_requests_with_400_and_writes_nothing(fn: Functions, raw: bytes | str, code: str) -> None:
     before = fn.counts()

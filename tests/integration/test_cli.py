@@ -9,18 +9,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from botocore.credentials import Credentials
 from moto.server import ThreadedMotoServer
 
 from functions import wiring
 from loom import stackfile
 from loom.cli import executions
+from loom.local.sigv4 import Principal, new_principal
 from loom.template import create_resources
 from tests.integration.api_support import Functions, function_url_server
 
@@ -52,9 +54,17 @@ def stack(moto_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     wiring.reset()
     # The server runs in this process: keep the functions' logs off the CLI's stdout.
     functions = Functions(refs, monkeypatch, LOOM_LOG_LEVEL="ERROR")
-    with function_url_server() as url:
-        stackfile.write({"emulator": "embedded", "region": REGION, "control_plane_url": url})
-        yield {"fn": functions, "url": url, "refs": refs}
+    principal = new_principal()
+    with function_url_server(principal, REGION) as url:
+        stackfile.write(
+            {
+                "emulator": "embedded",
+                "region": REGION,
+                "control_plane_url": url,
+                "control_plane_credentials": principal.to_json(),
+            }
+        )
+        yield {"fn": functions, "url": url, "refs": refs, "principal": principal}
     wiring.reset()
 
 
@@ -186,11 +196,11 @@ def test_dlq_list_and_redrive(stack: dict[str, Any], capsys: pytest.CaptureFixtu
 def test_url_requests_are_sigv4_signed(
     stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    creds = Credentials("AKIDLOOMTEST", "loom-test-secret", "loom-test-token")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", creds.access_key)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", creds.secret_key)
-    monkeypatch.setenv("AWS_SESSION_TOKEN", creds.token)
-    with function_url_server(credentials=creds) as iam_url:
+    principal = Principal("ASIALOOMTEST", "loom-test-secret", "AIDALOOMTEST", session_token="loom-test-token")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", principal.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", principal.secret_key)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "loom-test-token")
+    with function_url_server(principal, REGION) as iam_url:
         code, out, _ = loom(capsys, "start", "pipeline", "--url", iam_url, "--region", REGION, "--input", '{"s": 1}')
         assert code == 0 and out.startswith("started ")
         execution_id = out.split()[1]
@@ -202,16 +212,40 @@ def test_url_requests_are_sigv4_signed(
         code, out, _ = loom(capsys, "cancel", execution_id, "--url", iam_url, "--region", REGION)
         assert code == 0 and out.strip() == f"cancelled {execution_id} at step 0"
 
-        # Unsigned (the local stack default) and wrongly signed requests are refused.
-        stackfile.write({"control_plane_url": iam_url, "region": REGION})
-        code, out, err = loom(capsys, "workflows")
-        assert code == 1 and "403" in err and "missing SigV4" in err
+        # Unsigned, wrongly signed and wrongly scoped requests are refused with AWS's answers.
+        with pytest.raises(urllib.error.HTTPError) as unsigned:
+            urllib.request.urlopen(f"{iam_url}/workflows", timeout=10)
+        assert unsigned.value.code == 403 and json.loads(unsigned.value.read())["Message"].startswith("Forbidden.")
+        code, out, err = loom(capsys, "workflows", "--url", iam_url, "--region", "eu-west-1")
+        assert code == 1 and "403" in err and "scoped to a valid region" in err
+        monkeypatch.setenv("AWS_SESSION_TOKEN", "another-token")
+        code, out, err = loom(capsys, "workflows", "--url", iam_url, "--region", REGION)
+        assert code == 1 and "security token included in the request is invalid" in err
+        monkeypatch.setenv("AWS_SESSION_TOKEN", "loom-test-token")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
         code, out, err = loom(capsys, "workflows", "--url", iam_url, "--region", REGION)
-        assert code == 1 and "signature does not match" in err
+        assert code == 1 and "signature we calculated does not match" in err
+
+
+def test_the_local_stack_is_signed_with_the_stack_files_principal(
+    stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    # The developer's own credentials play no part locally: only the stack's principal is accepted.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADEVELOPER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "developer-secret")
+    code, _, err = loom(capsys, "workflows")
+    assert code == 0, err
+    stackfile.write({"control_plane_url": stack["url"], "region": REGION})
+    code, _, err = loom(capsys, "workflows")
+    assert code == 1 and "no control plane credentials" in err
+    other = new_principal().to_json()
+    stackfile.write({"control_plane_url": stack["url"], "region": REGION, "control_plane_credentials": other})
+    code, _, err = loom(capsys, "workflows")
+    assert code == 1 and "403" in err and "security token included in the request is invalid" in err
 
 
 def test_an_unreachable_control_plane_is_a_clear_error(stack: dict[str, Any], capsys: pytest.CaptureFixture) -> None:
-    stackfile.write({"control_plane_url": "http://127.0.0.1:9", "region": REGION})
+    creds = stack["principal"].to_json()
+    stackfile.write({"control_plane_url": "http://127.0.0.1:9", "region": REGION, "control_plane_credentials": creds})
     code, out, err = loom(capsys, "list", "--timeout", "5")
     assert code == 1 and out == "" and "cannot reach the control plane at http://127.0.0.1:9" in err

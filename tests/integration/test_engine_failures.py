@@ -61,7 +61,9 @@ def test_retries_travel_as_sqs_delays_and_the_step_completes(rig, rec):
         (2, "failed", 20.0),
         (3, "completed", None),
     ]
-    assert record.attempts[0].error == {"type": "Flaky", "message": "attempt 1 fails"}
+    first = record.attempts[0].error
+    assert (first["type"], first["message"]) == ("Flaky", "attempt 1 fails")
+    assert first["traceback"][-1]["function"] == "behave", "where it was raised"
 
 
 def test_retry_state_keeps_a_lease_that_covers_a_lost_retry_message(rig):

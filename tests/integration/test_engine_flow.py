@@ -105,11 +105,14 @@ def test_short_sleep_first_step_uses_a_delayed_wake_message(rig, rec):
     assert rig.status("short") == "COMPLETED"
 
 
-def test_a_wake_message_that_arrives_early_is_dropped_and_the_sweeper_wakes_later(rig):
+def test_a_wake_message_that_arrives_early_is_sent_back_and_a_lost_one_is_woken_by_the_sweeper(rig):
     rig.engine.start("short_nap", {}, execution_id="early")
     rig.queue.visible_at.clear()  # deliver at once, 30 s early
-    rig.driver.pump()
+    (message,) = rig.driver.receive(1)
+    rig.driver.deliver([message])
     assert rig.status("early") == "SLEEPING"
+    assert [(s.message.kind, s.delay) for s in rig.queue.sent] == [("wake", 30)] * 2
+    rig.driver.receive(1)  # the copy sent back is lost: the wake time is state, not the message
     rig.clock.advance(30)
     assert rig.engine.sweep().woken == 1
     rig.driver.pump()

@@ -66,3 +66,63 @@ def test_no_heartbeat_thread_without_an_interval(aws, make_engine, clock):
     with Heartbeat(rig.queue, {"a": "r"}, interval=0, extend_to=30) as hb:
         pass
     assert hb.beats == 0 and rig.queue.visibility_changes == []
+
+
+class SlowVisibility:
+    """A queue whose ChangeMessageVisibility for ``slow`` blocks until released; it logs
+    ("start" | "end" | "done", message id) in order, receipts being the message ids."""
+
+    def __init__(self, slow: str) -> None:
+        self.slow = slow
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.log: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def note(self, what: str, message_id: str) -> None:
+        with self._lock:
+            self.log.append((what, message_id))
+
+    def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
+        self.note("start", receipt_handle)
+        if receipt_handle == self.slow:
+            self.entered.set()
+            assert self.release.wait(timeout=30), "never released"
+        self.note("end", receipt_handle)
+
+
+def test_done_racing_a_beat_is_never_followed_by_an_extension_of_that_message():
+    queue = SlowVisibility(slow="a")
+    hb = Heartbeat(queue, {"a": "a", "b": "b"}, interval=0.01, extend_to=30)
+    with hb:
+        assert queue.entered.wait(timeout=10)  # a beat is extending "a"; "b" is next in it
+        finishing = threading.Thread(target=lambda: (hb.done("b"), queue.note("done", "b")))
+        finishing.start()
+        # Give done("b") the time to run first (today it waits for the extension in progress;
+        # a heartbeat working from a stale snapshot would let it return at once).
+        finishing.join(timeout=0.2)
+        queue.release.set()
+        finishing.join(timeout=10)
+        hb.done("a")
+    after = queue.log[queue.log.index(("done", "b")) :]
+    assert ("start", "b") not in after and ("end", "b") not in after, queue.log
+
+
+def test_the_heartbeat_stops_before_the_handler_returns_even_when_an_extension_is_slow():
+    queue = SlowVisibility(slow="a")
+    # Slower than the old join's interval + 5 s: the exit must wait for it, not leave it running.
+    threading.Timer(6.0, queue.release.set).start()
+    with Heartbeat(queue, {"a": "a"}, interval=0.01, extend_to=30) as hb:
+        assert queue.entered.wait(timeout=10)
+    assert queue.log[-1] == ("end", "a"), "an extension was still running after the heartbeat stopped"
+    assert not hb._thread.is_alive()
+
+
+def test_the_worker_extends_visibility_through_a_client_with_short_timeouts(fn):
+    from functions import wiring
+
+    fn.use("WorkerFunction")
+    queue = wiring.engine().queue
+    config = queue._visibility.meta.config
+    assert queue._visibility is not queue._sqs
+    assert (config.connect_timeout, config.read_timeout, config.retries["total_max_attempts"]) == (2, 3, 2)

@@ -338,3 +338,104 @@ def test_samconfig_deploys_without_prompts(tpl: Template) -> None:
         allowed = tpl.parameters[name].get("AllowedValues")
         assert allowed is None or value in [str(a) for a in allowed], name
     assert overrides["ChaosCrashAfterCheckpoint"] == "off"
+
+
+# ------------------------------------------------------------------ no open doors
+
+
+def transformed() -> dict[str, Any]:
+    from samtranslator.translator.transform import transform
+    from samtranslator.yaml_helper import yaml_parse
+
+    doc = yaml_parse((ROOT / "template.yaml").read_text())
+    doc["Globals"]["Function"]["CodeUri"] = "s3://loom-artifacts/loom.zip"
+    return transform(doc, {"AWS::Region": "us-east-1"}, NoNetworkPolicies())
+
+
+def test_encryption_is_explicit(tpl: Template) -> None:
+    assert table(tpl)["SSESpecification"] == {"SSEEnabled": True}
+    for queue in ("StepQueue", "DeadLetterQueue"):
+        assert tpl.resources[queue]["Properties"]["SqsManagedSseEnabled"] is True
+
+
+def test_both_queues_refuse_requests_without_tls(tpl: Template) -> None:
+    (policy,) = tpl.of_type("AWS::SQS::QueuePolicy").values()
+    props = policy["Properties"]
+    assert props["Queues"] == [{"Ref": "StepQueue"}, {"Ref": "DeadLetterQueue"}]
+    (statement,) = props["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Principal"] == "*" and statement["Action"] == "sqs:*"
+    assert statement["Resource"] == [{"Fn::GetAtt": ["StepQueue", "Arn"]}, {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}]
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_each_function_logs_only_to_its_own_log_group(tpl: Template) -> None:
+    for logical_id in tpl.functions():
+        props = tpl.resources[logical_id]["Properties"]
+        assert "Role" in props and "Policies" not in props, f"{logical_id} would get SAM's logs-on-* role"
+        own = logical_id.removesuffix("Function") + "LogGroup"
+        assert tpl.resources[logical_id]["DependsOn"] == own
+        logs = [s for s in statements(tpl, logical_id) if any(a.startswith("logs:") for a in s["Action"])]
+        assert logs == [
+            {
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                "Resource": [{"Fn::Sub": "${" + own + ".Arn}"}],
+            }
+        ], logical_id
+    # What CloudFormation gets: no role with the basic execution policy (logs on every group).
+    resources = transformed()["Resources"]
+    roles = [r for r in resources.values() if r["Type"] == "AWS::IAM::Role"]
+    assert len(roles) == 3
+    for role in roles:
+        assert not role["Properties"].get("ManagedPolicyArns"), role
+        for policy in role["Properties"]["Policies"]:
+            for st in policy["PolicyDocument"]["Statement"]:
+                assert st["Resource"] != "*" and "*" not in st["Resource"], st
+
+
+@pytest.mark.parametrize(
+    ("stage", "chaos", "refused"),
+    [("prod", "on", True), ("production", "on", True), ("prod", "off", False), ("dev", "on", False)],
+)
+def test_the_chaos_switch_cannot_be_on_in_prod(tpl: Template, stage: str, chaos: str, refused: bool) -> None:
+    refs = {**tpl.parameter_defaults(), "Stage": stage, "ChaosCrashAfterCheckpoint": chaos}
+    broken = tpl.broken_rules(refs)
+    assert bool(broken) is refused
+    if refused:
+        assert broken == ["NoChaosInProd: ChaosCrashAfterCheckpoint must be off in the prod stage."]
+
+
+def test_the_prod_rule_reaches_cloudformation() -> None:
+    rule = transformed()["Rules"]["NoChaosInProd"]
+    assert rule["RuleCondition"] == {"Fn::Contains": [["prod", "production"], {"Ref": "Stage"}]}
+    assert rule["Assertions"][0]["Assert"] == {"Fn::Equals": [{"Ref": "ChaosCrashAfterCheckpoint"}, "off"]}
+
+
+def test_the_control_plane_gets_a_per_stack_cursor_secret(tpl: Template) -> None:
+    env = tpl.functions()["ControlPlaneFunction"].environment
+    assert env["LOOM_CURSOR_SECRET"] == {"Fn::Sub": "${AWS::StackId}/${CursorSecret}"}
+    assert tpl.parameters["CursorSecret"]["NoEcho"] is True
+    for other in ("WorkerFunction", "SweeperFunction"):
+        assert "LOOM_CURSOR_SECRET" not in tpl.functions()[other].environment
+
+
+def test_local_resources_carry_the_encryption_and_the_queue_policy(aws: dict[str, Any]) -> None:
+    import json
+
+    described = aws["dynamodb"].describe_table(TableName=aws["Table"])["Table"]
+    assert described["SSEDescription"]["Status"] == "ENABLED"
+    for queue in ("StepQueue", "DeadLetterQueue"):
+        attrs = aws["sqs"].get_queue_attributes(QueueUrl=aws[queue], AttributeNames=["All"])["Attributes"]
+        assert attrs["SqsManagedSseEnabled"] == "true"
+        (statement,) = json.loads(attrs["Policy"])["Statement"]
+        assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        assert aws[f"{queue}.Arn"] in statement["Resource"]
+
+
+def test_the_local_stack_refuses_chaos_in_prod_before_creating_anything(aws: dict[str, Any]) -> None:
+    from loom.template import create_resources
+
+    with pytest.raises(ValueError, match="ChaosCrashAfterCheckpoint must be off in the prod stage"):
+        create_resources(aws["session"], parameters={"Stage": "prod", "ChaosCrashAfterCheckpoint": "on"})
+    assert "loom-prod" not in aws["dynamodb"].list_tables()["TableNames"]
+    assert not any("loom-prod" in u for u in aws["sqs"].list_queues().get("QueueUrls", []))

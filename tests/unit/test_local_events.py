@@ -14,10 +14,12 @@ from loom.local.events import (
     function_error_response,
     function_url_event,
     function_url_response,
+    ignored_response_fields,
     schedule_seconds,
     scheduled_event,
     sqs_event,
 )
+from loom.local.http import FramingError, body_length
 
 pytestmark = pytest.mark.unit
 
@@ -66,9 +68,16 @@ def test_sqs_message_attributes_are_camel_cased_and_binary_is_base64():
         MD5OfMessageAttributes="def",
     )
     record = sqs_event([msg], ARN, "us-east-1")["Records"][0]
-    assert record["messageAttributes"]["trace"]["stringValue"] == "t-1"
-    assert record["messageAttributes"]["trace"]["dataType"] == "String"
-    assert base64.b64decode(record["messageAttributes"]["blob"]["binaryValue"]) == b"\x00\x01"
+    # AWS's shape: the value the type lacks is left out (never null), both lists always there.
+    assert record["messageAttributes"]["trace"] == {
+        "stringValue": "t-1",
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": "String",
+    }
+    blob = record["messageAttributes"]["blob"]
+    assert set(blob) == {"binaryValue", "stringListValues", "binaryListValues", "dataType"}
+    assert base64.b64decode(blob["binaryValue"]) == b"\x00\x01"
     assert record["md5OfMessageAttributes"] == "def"
 
 
@@ -126,7 +135,8 @@ def test_http_request_becomes_function_url_v2_event():
         body=b'{"workflow": "pipeline"}',
         host="127.0.0.1:5231",
     )
-    event = function_url_event(req, now=1_700_000_000.5)
+    iam = {"accessKey": "AKIAEXAMPLE", "accountId": "123456789012", "callerId": "AIDAEXAMPLE"}
+    event = function_url_event(req, now=1_700_000_000.5, iam=iam, trace_id="Root=1-65540000-abc")
     assert event["version"] == "2.0"
     assert event["routeKey"] == "$default"
     assert event["rawPath"] == "/executions"
@@ -151,7 +161,20 @@ def test_http_request_becomes_function_url_v2_event():
     assert ctx["domainName"] == "127.0.0.1:5231"
     assert ctx["stage"] == "$default"
     assert ctx["requestId"]
-    assert ctx["authorizer"]["iam"]["accountId"] == "123456789012"
+    assert ctx["authorizer"] == {"iam": iam}
+    assert ctx["authentication"] is None
+    # What the Function URL's front end adds to every request.
+    assert event["headers"]["x-amzn-trace-id"] == "Root=1-65540000-abc"
+    assert event["headers"]["x-forwarded-for"] == "127.0.0.1"
+    assert event["headers"]["x-forwarded-proto"] == "http"
+    assert event["headers"]["x-forwarded-port"] == "80"
+
+
+def test_auth_type_none_sends_no_authorizer_and_a_fresh_trace_id():
+    event = function_url_event(HttpRequest("GET", "/workflows", "", [], b"", port=5231), now=1_700_000_000)
+    assert event["requestContext"]["authorizer"] is None
+    assert event["headers"]["x-forwarded-port"] == "5231"
+    assert event["headers"]["x-amzn-trace-id"].startswith("Root=1-6553f100-")
 
 
 def test_get_without_body_or_query_has_neither_key():
@@ -166,6 +189,29 @@ def test_binary_body_is_base64_encoded():
     event = function_url_event(HttpRequest("PUT", "/x", "", [("Content-Type", "application/octet-stream")], data))
     assert event["isBase64Encoded"] is True
     assert base64.b64decode(event["body"]) == data
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/json"])
+def test_a_body_that_is_not_utf8_is_passed_base64_encoded(content_type):
+    data = b"caf\xe9 \xff\xfe"  # latin-1, not UTF-8
+    headers = [("Content-Type", content_type)] if content_type else []
+    event = function_url_event(HttpRequest("POST", "/x", "", headers, data))
+    assert event["isBase64Encoded"] is True
+    assert base64.b64decode(event["body"]) == data
+
+
+def test_a_utf8_body_without_content_type_stays_text():
+    event = function_url_event(HttpRequest("POST", "/x", "", [], "café".encode()))
+    assert (event["body"], event["isBase64Encoded"]) == ("café", False)
+
+
+def test_multi_value_headers_are_dropped_as_function_urls_do():
+    result = {"statusCode": 200, "headers": {"x-a": "1"}, "multiValueHeaders": {"x-b": ["1", "2"]}, "body": "ok"}
+    resp = function_url_response(result)
+    assert [k for k, _ in resp.headers if k.lower() == "x-b"] == []
+    assert ("x-a", "1") in resp.headers
+    assert ignored_response_fields(result) == ["multiValueHeaders"]
+    assert ignored_response_fields({"statusCode": 200}) == []
 
 
 def test_full_response_translates_status_headers_cookies_and_body():
@@ -197,12 +243,9 @@ def test_answer_without_status_code_is_a_json_200():
     assert json.loads(resp.body) == {"hello": "world"}
 
 
-def test_function_error_is_a_502_with_the_error():
-    resp = function_error_response(
-        {"errorType": "Sandbox.Timedout", "errorMessage": "Task timed out after 3.00 seconds"}
-    )
-    assert resp.status == 502
-    assert json.loads(resp.body)["error"]["errorType"] == "Sandbox.Timedout"
+def test_function_error_is_a_502_with_a_fixed_body():
+    resp = function_error_response()
+    assert (resp.status, resp.body) == (502, b"Internal Server Error")
 
 
 @pytest.mark.parametrize(
@@ -222,3 +265,30 @@ def test_format_duration():
     assert format_duration(5400) == "1h30m"
     assert format_duration(0) == "0s"
     assert format_duration(86401) == "1d1s"
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "expected"),
+    [
+        ("GET", {}, 0),
+        ("DELETE", {}, 0),
+        ("POST", {"content-length": "0"}, 0),
+        ("POST", {"content-length": "12"}, 12),
+        ("PUT", {"content-length": "12, 12"}, 12),  # a repeated, identical header is one length
+        ("POST", {"content-length": str(6 * 1024 * 1024)}, 6 * 1024 * 1024),
+        ("POST", {}, 411),
+        ("PATCH", {}, 411),
+        ("POST", {"transfer-encoding": "chunked"}, 411),
+        ("POST", {"content-length": "twelve"}, 400),
+        ("POST", {"content-length": "-1"}, 400),
+        ("POST", {"content-length": "12, 13"}, 400),
+        ("POST", {"content-length": str(6 * 1024 * 1024 + 1)}, 413),
+    ],
+)
+def test_the_body_length_is_decided_from_the_headers(method, headers, expected):
+    if expected in (400, 411, 413):
+        with pytest.raises(FramingError) as refused:
+            body_length(method, headers)
+        assert refused.value.status == expected
+    else:
+        assert body_length(method, headers) == expected

@@ -16,6 +16,7 @@ from freezegun import freeze_time
 
 from loom import client, stackfile
 from loom.client import ClientError, region_from_url, resolve_target, sign
+from loom.local.sigv4 import new_principal
 
 pytestmark = pytest.mark.unit
 
@@ -118,8 +119,24 @@ def test_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ClientError, match=r"no local stack is running: run `loom up`, or pass --url"):
         resolve_target(None, None)
     stackfile.write({"control_plane_url": "http://127.0.0.1:9999/", "region": "us-east-1"})
+    with pytest.raises(ClientError, match="no control plane credentials"):
+        resolve_target(None, None)
+    principal = new_principal()
+    stackfile.write(
+        {
+            "control_plane_url": "http://127.0.0.1:9999/",
+            "region": "us-east-1",
+            "control_plane_credentials": principal.to_json(),
+        }
+    )
     local = resolve_target(None, None)
-    assert (local.url, local.signed) == ("http://127.0.0.1:9999", False)
+    assert (local.url, local.signed, local.region) == ("http://127.0.0.1:9999", True, "us-east-1")
+    assert local.credentials is not None and local.credentials.access_key == principal.access_key
+    assert stackfile.path().stat().st_mode & 0o077 == 0  # it holds a secret: owner-only
+    # `loom up --emulator aws`: the deployed URL, signed with the default credential chain.
+    stackfile.write({"emulator": "aws", "control_plane_url": URL + "/", "region": "eu-west-1"})
+    aws = resolve_target(None, None)
+    assert (aws.url, aws.signed, aws.region, aws.credentials) == (URL, True, "eu-west-1", None)
     deployed = resolve_target(URL + "/", None)
     assert (deployed.url, deployed.signed, deployed.region) == (URL, True, "eu-west-1")
     assert resolve_target("http://127.0.0.1:1/", "us-west-2").region == "us-west-2"

@@ -7,7 +7,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus
-from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
+from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, has_time, needs_guard
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +80,36 @@ def test_a_mark_younger_than_a_lease_is_in_flight_and_an_older_one_is_a_lost_wor
     assert young.verdict is GuardVerdict.IN_FLIGHT and young.marked_at == NOW - 99
     old = check_guard(ex(started_attempt=1, attempt_started_at=NOW - 100), None, NOW, CFG)
     assert old.verdict is GuardVerdict.WORKER_LOST and old.marked_at == NOW - 100
+
+
+def test_an_early_message_is_sent_back_with_the_rest_of_its_delay_rounded_up() -> None:
+    # Two seconds of skew: the retry is due at NOW + 2.2; sending it back in 3 s runs it then.
+    check = check_message(StepMessage("e", 2, 2, MessageKind.RETRY), ex(attempt=2, ready_at=NOW + 2.2), NOW, CFG)
+    assert check.verdict is MessageVerdict.EARLY and check.resend_in == 3
+    asleep = ex(status=Status.SLEEPING, next_wake_at=NOW + 30)
+    assert check_message(StepMessage("e", 2, 1, MessageKind.WAKE), asleep, NOW, CFG).resend_in == 30
+
+
+def test_an_early_message_due_past_sqs_longest_delay_is_left_to_the_sweeper() -> None:
+    check = check_message(StepMessage("e", 2, 1, MessageKind.RETRY), ex(ready_at=NOW + 900.5), NOW, CFG)
+    assert check.verdict is MessageVerdict.EARLY and check.resend_in is None
+    at_limit = check_message(StepMessage("e", 2, 1, MessageKind.RETRY), ex(ready_at=NOW + 900), NOW, CFG)
+    assert at_limit.resend_in == 900
+
+
+@pytest.mark.parametrize(
+    ("remaining", "timeout", "starts"),
+    [
+        (15.0, 20.0, False),  # the case: 60 s invocation, 45 s spent, a 20 s step next
+        (29.9, 20.0, False),  # the timeout fits, the reserve does not
+        (30.0, 20.0, True),
+        (60.0, 20.0, True),
+        (None, 20.0, True),  # no deadline known (no Lambda context): nothing to hold back
+        (10.5, 0.5, True),
+        (10.4, 0.5, False),
+    ],
+)
+def test_a_step_starts_only_with_its_timeout_plus_the_reserve_left(
+    remaining: float | None, timeout: float, starts: bool
+) -> None:
+    assert has_time(remaining, timeout, reserve=10.0) is starts

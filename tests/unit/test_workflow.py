@@ -113,3 +113,30 @@ def test_a_workflow_name_with_a_trailing_newline_is_refused():
     # "$" alone would accept "name\n"; the whole name must match.
     with pytest.raises(WorkflowDefinitionError):
         build_spec("order\n", [reserve])
+
+
+def test_a_step_timeout_is_validated_and_described():
+    spec = build_spec("timed", [step(reserve, timeout=20), step(charge), sleep(seconds=5)], step_timeout=45)
+    assert spec.steps[0].timeout == 20.0 and spec.steps[1].timeout is None
+    described = spec.describe()["steps"]
+    assert [s.get("timeout") for s in described[:2]] == [20.0, 45.0]  # the workflow default fills in
+    assert "timeout" not in described[2]
+    assert build_spec("untimed", [reserve]).describe()["steps"][0]["timeout"] is None
+    for bad in (0, -1, float("nan"), float("inf"), 901, True, "20"):
+        with pytest.raises(WorkflowDefinitionError, match="timeout"):
+            step(reserve, timeout=bad)
+        with pytest.raises(WorkflowDefinitionError, match="step_timeout"):
+            build_spec("w", [reserve], step_timeout=bad)
+
+
+def test_the_workflow_decorator_reads_a_default_step_timeout():
+    reg = Registry()
+
+    @workflow("timed_default", registry=reg)
+    class Timed:
+        steps = [reserve, step(charge, timeout=5)]
+        step_timeout = 30
+
+    spec = reg.get("timed_default")
+    assert spec.step_timeout == 30.0
+    assert [spec.timeout_for(s) for s in spec.steps] == [30.0, 5.0]

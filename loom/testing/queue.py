@@ -1,0 +1,73 @@
+"""A step queue on virtual time: delays and visibility timeouts move with the test's clock."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.clock import FakeClock
+from engine.messages import StepMessage
+
+
+@dataclass
+class Queued:
+    message_id: str
+    body: str
+    visible_at: float
+    receive_count: int = 0
+    sent_at: float = 0.0
+
+
+@dataclass
+class VirtualQueue:
+    """Implements ``engine.ports.Queue``; what SQS would hold, with time taken from ``clock``."""
+
+    clock: FakeClock
+    visibility_timeout: float = 360.0
+    messages: list[Queued] = field(default_factory=list)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    sent: list[tuple[StepMessage, int]] = field(default_factory=list)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
+        self.sent.append((message, delay_seconds))
+        now = self.clock.now()
+        self.messages.append(Queued(f"m-{next(self._ids)}", message.encode(), now + delay_seconds, sent_at=now))
+
+    def send_many(self, messages: Sequence[StepMessage]) -> None:
+        for message in messages:
+            self.send(message, 0)
+
+    def send_dead_letter(self, body: dict[str, Any]) -> None:
+        self.dead_letters.append(body)
+
+    def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
+        for queued in self.messages:
+            if queued.message_id == receipt_handle:
+                queued.visible_at = self.clock.now() + timeout_seconds
+
+    # what the test runner does as Lambda's event source
+    def receive(self) -> Queued | None:
+        """The oldest visible message, now in flight for a visibility timeout."""
+        now = self.clock.now()
+        visible = [q for q in self.messages if q.visible_at <= now]
+        if not visible:
+            return None
+        chosen = min(visible, key=lambda q: (q.visible_at, q.sent_at))
+        chosen.receive_count += 1
+        chosen.visible_at = now + self.visibility_timeout
+        return chosen
+
+    def delete(self, queued: Queued) -> None:
+        self.messages = [q for q in self.messages if q is not queued]
+
+    def copy_of(self, queued: Queued) -> Queued:
+        """A duplicate delivery: the same body under another id, visible now."""
+        twin = Queued(f"m-{next(self._ids)}", queued.body, self.clock.now(), sent_at=queued.sent_at)
+        self.messages.append(twin)
+        return twin
+
+    def next_visible(self) -> float | None:
+        return min((q.visible_at for q in self.messages), default=None)

@@ -1,0 +1,67 @@
+"""`loom up --reload` underneath: a pool recycles its processes for new code, and an
+invocation already under way finishes on the code it started with."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from loom.local.package import FunctionPackage
+from loom.local.pool import FunctionPool
+
+pytestmark = pytest.mark.e2e
+
+H = "tests.e2e.fake_handlers"
+
+
+@pytest.fixture(autouse=True)
+def _package(fake_package: FunctionPackage) -> None:
+    _packages[:] = [fake_package]
+
+
+_packages: list[FunctionPackage] = []
+
+
+def _pool(handler: str, size: int = 1) -> FunctionPool:
+    env = {"PATH": os.environ.get("PATH", "")}
+    return FunctionPool(
+        function="Fake", handler=f"{H}.{handler}", env=env, timeout=30, size=size, package=_packages[0]
+    ).start()
+
+
+def test_recycle_replaces_idle_processes_with_ones_that_import_the_code_again():
+    pool = _pool("echo", size=2)
+    try:
+        before = pool.invoke({})
+        old_pids = set(pool.pids())
+        pool.recycle()
+        after = pool.invoke({})
+        assert after.outcome == "ok"
+        assert after.pid not in old_pids
+        assert after.result["imported_at"] > before.result["imported_at"]  # the module was imported afresh
+        assert not set(pool.pids()) & old_pids and len(pool.pids()) == 2
+        assert pool.replaced == 0  # a reload is not a death
+    finally:
+        pool.stop()
+
+
+def test_an_invocation_under_way_finishes_on_its_code_then_its_process_is_replaced():
+    pool = _pool("sleepy")
+    try:
+        (old,) = pool.pids()
+        results = []
+        busy = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
+        busy.start()
+        while not pool._idle.empty():  # wait until the only process is taken
+            time.sleep(0.01)
+        pool.recycle()
+        busy.join(timeout=30)
+        assert results and results[0].outcome == "ok" and results[0].pid == old
+        nxt = pool.invoke({"seconds": 0})
+        assert nxt.outcome == "ok" and nxt.pid != old
+        assert pool.pids() == [nxt.pid]
+    finally:
+        pool.stop()
