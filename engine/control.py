@@ -65,7 +65,8 @@ def start(
     try:
         parts.store.create_execution(ex)
     except ConflictError as exc:
-        existing = parts.store.get_execution(execution_id)
+        # The conflict carries the item that is there (a lost answer of our own create is not a conflict).
+        existing = exc.current if isinstance(exc.current, Execution) else parts.store.get_execution(execution_id)
         if existing is None:  # deleted in between; let the caller retry
             raise
         if existing.workflow != workflow or canonical_json(existing.input) != input_json:
@@ -127,8 +128,8 @@ def cancel(parts: Parts, execution_id: str) -> Execution:
         new = tr.cancelled_state(ex, parts.clock.now(), parts.config)
         try:
             parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
-        except ConflictError:
-            ex = get(parts, execution_id)
+        except ConflictError as exc:
+            ex = exc.current if isinstance(exc.current, Execution) else get(parts, execution_id)
             continue
         execution_log(new).info("execution.cancelled")
         # Parent first, then its child: the child's end then finds the parent terminal and
@@ -142,6 +143,10 @@ def cancel(parts: Parts, execution_id: str) -> Execution:
 def redrive_failed(parts: Parts, execution_id: str) -> Execution:
     """Give a FAILED execution a new round of attempts at the step that failed.
 
+    The message is a guarded ``redrive``: the step's history may say COMPLETED (the
+    execution failed after the commit, e.g. on a worker without the workflow), and then
+    the execution rolls forward with that result instead of running the step again.
+
     Raises ``NotFailed`` unless the execution is FAILED, ``UnknownWorkflow`` if this
     deployment does not have its workflow (it would only fail again).
     """
@@ -152,6 +157,6 @@ def redrive_failed(parts: Parts, execution_id: str) -> Execution:
     new = tr.redriven_state(ex, parts.clock.now(), parts.config)
     parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     execution_log(new).info("execution.redriven")
-    message = StepMessage(new.id, new.current_step, new.attempt, MessageKind.STEP)
+    message = StepMessage(new.id, new.current_step, new.attempt, MessageKind.REDRIVE)
     dispatch(parts, tr.Effects(run_next=message))
     return new

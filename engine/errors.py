@@ -67,9 +67,17 @@ class MalformedToken(InvalidInput):
 
 
 class ConflictError(LoomError):
-    """A conditional write lost: someone else moved the item first."""
+    """A conditional write lost: someone else moved the item first.
+
+    ``current`` is the item that won, as the store decoded it (an ``Execution`` or a
+    ``StepRecord``), when the store returned it; None when it did not (or the item is gone).
+    """
 
     code = "conflict"
+
+    def __init__(self, message: str = "", *, current: object = None, **details: object) -> None:
+        super().__init__(message, **details)
+        self.current = current
 
 
 class ExecutionAlreadyExists(ConflictError):

@@ -12,9 +12,11 @@ them, and ``tests/integration/test_history_rules.py`` checks that both agree.
 - COMMIT_ONCE: a step is COMPLETED at most once; later commits lose.
 - FAILED_IS_FINAL: a late success of an attempt that was already given up on
   (FAILED at that attempt or a later one) must not resurrect the step.
-- ONE_RECORD_PER_ATTEMPT: each attempt number appears once in the history;
-  a failure or a commit of an attempt that is already recorded is refused (so a
-  callback completed after its timeout was recorded loses, and history shows the timeout).
+- ONE_RECORD_PER_ATTEMPT: each attempt number appears once in the history; a
+  failure *or a commit* of an attempt that is already recorded is refused. (Two
+  runs of one attempt, an unguarded first run and a guarded redelivery, may both
+  finish: the first record stands, the second run follows it; a callback completed
+  after its timeout was recorded loses, and history shows the timeout.)
 - NO_FAILURE_AFTER_COMMIT: once COMPLETED, no failure is recorded.
 """
 
@@ -44,10 +46,10 @@ def commit_refused_by(record: StepRecord | None, attempt: int) -> HistoryRule | 
         return None
     if record.status is StepStatus.COMPLETED:
         return HistoryRule.COMMIT_ONCE
-    if record.status is StepStatus.FAILED and last_attempt(record) >= attempt:
-        return HistoryRule.FAILED_IS_FINAL
     if last_attempt(record) >= attempt:
-        # A wait's timeout recorded this attempt failed: its late completion must lose.
+        if record.status is StepStatus.FAILED:
+            return HistoryRule.FAILED_IS_FINAL
+        # Another run of this attempt, or a wait's timeout, recorded it first: this commit loses.
         return HistoryRule.ONE_RECORD_PER_ATTEMPT
     return None
 

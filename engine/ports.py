@@ -18,10 +18,17 @@ class Page:
 
 
 class Store(Protocol):
-    """Conditional persistence. Every lost condition raises ``ConflictError``."""
+    """Conditional persistence.
+
+    Every write that lost its condition to another writer raises ``ConflictError``,
+    whose ``current`` holds the winning item (``Execution`` or ``StepRecord``) when the
+    store has it. A write that landed is a success even if its answer was lost and the
+    client's retry found the condition failed: the store tells its own earlier try from
+    another writer's (DESIGN.md, "Write tokens").
+    """
 
     def create_execution(self, execution: Execution) -> None:
-        """Insert; ``ConflictError`` if the id exists."""
+        """Insert; ``ConflictError`` (``current``: the existing execution) if the id exists."""
 
     def get_execution(self, execution_id: str) -> Execution | None: ...
 
@@ -33,8 +40,8 @@ class Store(Protocol):
     ) -> None:
         """Record the step COMPLETED with its result.
 
-        ``ConflictError`` if it already is, or if the step was recorded FAILED at this
-        attempt or a later one.
+        ``ConflictError`` (``current``: the record) if it already is, or if this attempt
+        number (or a later one) is recorded already.
         """
 
     def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:

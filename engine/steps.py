@@ -23,6 +23,7 @@ from engine.errors import (
     ResultTooLarge,
     WorkflowDefinitionError,
 )
+from engine.history_rules import last_attempt
 from engine.limits import check_item, full_detail, history_item_size, meta_item_size, truncate_middle
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
@@ -75,12 +76,17 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
         # the step now rather than let the message fail again and again.
         too_large = ResultTooLarge(f"the step's result did not fit its history record: {exc.message}")
         return fail_attempt(parts, ex, spec, st, too_large, started_at=started, outcome=AttemptOutcome.FAILED)
-    except ConflictError:
-        record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    except ConflictError as exc:
+        record = (
+            exc.current
+            if isinstance(exc.current, StepRecord)
+            else parts.store.get_step(ex.id, ex.current_step, st.name)
+        )
         if record is None or record.status is not StepStatus.COMPLETED:
-            # The step was given up on (FAILED) while this attempt ran: its result is void.
+            # This attempt was recorded already (failed, or given up on) while it ran here:
+            # its result is void, and the retry or the failure that was recorded goes on.
             log.info("step.commit_refused", recorded=None if record is None else record.status.value)
-            return LinkResult(OutcomeStatus.STALE, 1)
+            return follow_recorded_failure(parts, ex, st, record)
         # Another runner committed this step first; its result is the one that counts.
         log.info("step.duplicate_commit")
         return advance(parts, ex, spec, record.result, ran=1)
@@ -115,8 +121,8 @@ def advance(parts: Parts, ex: Execution, spec: WorkflowSpec, result: dict[str, A
         new, effects = tr.after_step(ex, spec, result, parts.clock.now(), parts.config)
         try:
             parts.store.put_execution(new, expected_version=ex.version, expected_step=index)
-        except ConflictError:
-            fresh = parts.store.get_execution(ex.id)
+        except ConflictError as exc:
+            fresh = exc.current if isinstance(exc.current, Execution) else parts.store.get_execution(ex.id)
             if fresh is None or fresh.status is not expected_status or fresh.current_step != index:
                 execution_log(ex).info("step.advance_lost")
                 return LinkResult(OutcomeStatus.STALE, ran)
@@ -186,14 +192,40 @@ def fail_attempt(
     if not decision.retry:
         log.warning("step.failed", error=info, reason=decision.reason)
         return fail_execution(parts, ex, error, st_name=st.name, reason=decision.reason, ran=ran)
-    new, effects = tr.retry_state(ex, decision.delay, now, parts.config)
+    return schedule_retry(parts, ex, st, decision.delay, info, ran=ran)
+
+
+def follow_recorded_failure(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord | None) -> LinkResult:
+    """This run's commit lost to a failure of the same attempt, recorded by another run of it
+    (ONE_RECORD_PER_ATTEMPT). That run may have lost its own state write to this run's start
+    mark, so carry out what it decided; the conditional write makes it a no-op otherwise."""
+    if record is None or last_attempt(record) != ex.attempt:
+        return LinkResult(OutcomeStatus.STALE, 1)  # a later attempt is recorded: the execution moved on
+    recorded = next(a for a in record.attempts if a.attempt == ex.attempt)
+    if record.status is StepStatus.FAILED:
+        # Failing parks a DLQ record before the state write: read first, so that the
+        # usual case (the recorder's own FAILED write landed) parks nothing twice.
+        current = parts.store.get_execution(ex.id)
+        if current is None or current.version != ex.version:
+            return LinkResult(OutcomeStatus.STALE, 1)
+        return fail_execution(parts, ex, recorded.error or {}, st_name=st.name, reason="recorded_failure", ran=1)
+    due = recorded.finished_at + (recorded.retry_delay or 0.0)
+    return schedule_retry(parts, ex, st, max(0.0, due - parts.clock.now()), recorded.error, ran=1)
+
+
+def schedule_retry(
+    parts: Parts, ex: Execution, st: StepSpec, delay: float, info: dict[str, Any] | None, *, ran: int
+) -> LinkResult:
+    """Move the execution to its next attempt, ``delay`` seconds from now."""
+    log = execution_log(ex).bind(step_name=st.name)
+    new, effects = tr.retry_state(ex, delay, parts.clock.now(), parts.config)
     try:
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         log.info("step.retry_lost")
         return LinkResult(OutcomeStatus.STALE, ran)
     via = "queue" if effects.delayed else "sweeper"
-    log.info("step.retry_scheduled", error=info, delay=round(decision.delay, 3), via=via)
+    log.info("step.retry_scheduled", error=info, delay=round(delay, 3), via=via)
     parts.faults.point(
         FaultPoint.AFTER_CHECKPOINT, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt, input=ex.input
     )
@@ -216,10 +248,18 @@ def _brief(info: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def fail_execution(
-    parts: Parts, ex: Execution, error: BaseException, *, st_name: str | None, reason: str = "", ran: int = 0
+    parts: Parts,
+    ex: Execution,
+    error: BaseException | dict[str, Any],
+    *,
+    st_name: str | None,
+    reason: str = "",
+    ran: int = 0,
 ) -> LinkResult:
+    """``error`` is the exception, or its description as the history recorded it."""
     now = parts.clock.now()
-    info = {**error_info(error), "step": ex.current_step, "step_name": st_name, "attempt": ex.attempt, "reason": reason}
+    described = error if isinstance(error, dict) else error_info(error)
+    info = {**described, "step": ex.current_step, "step_name": st_name, "attempt": ex.attempt, "reason": reason}
     # Dead-letter first: a crash before the state write re-runs this path and at
     # worst parks the execution twice; the other order could lose it.
     parts.queue.send_dead_letter(

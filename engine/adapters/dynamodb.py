@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
@@ -62,8 +66,17 @@ COMMIT_ONCE = "#s <> :done"
 FAILED_IS_FINAL = "NOT (#s = :failed AND last_attempt >= :a)"
 ONE_RECORD_PER_ATTEMPT = "(attribute_not_exists(last_attempt) OR last_attempt < :a)"
 NO_FAILURE_AFTER_COMMIT = f"({NEW_RECORD} OR {COMMIT_ONCE})"
-MAY_COMMIT = f"{NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL} AND {ONE_RECORD_PER_ATTEMPT})"
+MAY_COMMIT = f"({NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL} AND {ONE_RECORD_PER_ATTEMPT}))"
 MAY_RECORD_FAILURE = f"{ONE_RECORD_PER_ATTEMPT} AND {NO_FAILURE_AFTER_COMMIT}"
+
+# Write tokens (DESIGN.md, "Write tokens"). Each write call stores a fresh token on the
+# item and asks for the item back when its condition fails. botocore resends a request
+# whose answer was lost unchanged, token included: a refusal by an item that carries our
+# token is our own earlier try, which landed. The history updates also refuse to apply
+# the same token twice, so a resent list_append cannot append twice whatever the rules say.
+TOKEN = "wt"
+NOT_THIS_WRITE = f"(attribute_not_exists({TOKEN}) OR {TOKEN} <> :wt)"
+ALL_OLD = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
 
 def exec_pk(execution_id: str) -> str:
@@ -205,14 +218,36 @@ class DynamoStore:
     def _capacity(self) -> dict[str, str]:
         return {"ReturnConsumedCapacity": self.return_consumed_capacity}
 
+    @contextmanager
+    def _conditional(self, token: str, decode: Callable[[dict[str, Any]], object]) -> Iterator[None]:
+        """Around one conditional write that carries ``token`` and asks for ``ALL_OLD``.
+
+        The write counts as done if it landed, on this try or on an earlier one whose
+        answer was lost. Otherwise ``ConflictError``, with the winning item decoded in
+        ``current``.
+        """
+        try:
+            with mapped(f"table {self._table}"):
+                yield
+        except ConflictError as exc:
+            winner = _winner(exc)
+            if winner is not None and winner.get(TOKEN) == _s(token):
+                return  # our own earlier try landed; only its answer was lost
+            raise ConflictError(exc.message, current=None if winner is None else decode(winner)) from exc.__cause__
+
+    def _step_decoder(self, execution_id: str) -> Callable[[dict[str, Any]], object]:
+        return lambda item: self._record(execution_id, item)
+
     # ------------------------------------------------------------- executions
 
     def create_execution(self, execution: Execution) -> None:
-        with mapped(f"table {self._table}"):
+        token = _token()
+        with self._conditional(token, self._execution):
             self._db.put_item(
                 TableName=self._table,
-                Item=self._item(execution),
+                Item={**self._item(execution), TOKEN: _s(token)},
                 ConditionExpression="attribute_not_exists(PK)",
+                **ALL_OLD,
                 **self._capacity(),
             )
 
@@ -228,12 +263,14 @@ class DynamoStore:
         return None if item is None else self._execution(item)
 
     def put_execution(self, execution: Execution, *, expected_version: int, expected_step: int) -> None:
-        with mapped(f"table {self._table}"):
+        token = _token()
+        with self._conditional(token, self._execution):
             self._db.put_item(
                 TableName=self._table,
-                Item=self._item(execution),
+                Item={**self._item(execution), TOKEN: _s(token)},
                 ConditionExpression="version = :v AND current_step = :s",
                 ExpressionAttributeValues={":v": _n(expected_version), ":s": _n(expected_step)},
+                **ALL_OLD,
                 **self._capacity(),
             )
 
@@ -242,16 +279,17 @@ class DynamoStore:
     def commit_step(
         self, execution_id: str, index: int, name: str, attempt: Attempt, result: dict[str, Any] | None
     ) -> None:
-        with mapped(f"table {self._table}"):
+        token = _token()
+        with self._conditional(token, self._step_decoder(execution_id)):
             self._db.update_item(
                 TableName=self._table,
                 Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
                 UpdateExpression=(
                     "SET #s = :done, #r = :r, idx = :i, #n = :name, finished_at = :f, last_attempt = :a, "
-                    "started_at = if_not_exists(started_at, :st), "
+                    f"started_at = if_not_exists(started_at, :st), {TOKEN} = :wt, "
                     "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
                 ),
-                ConditionExpression=MAY_COMMIT,
+                ConditionExpression=f"{MAY_COMMIT} AND {NOT_THIS_WRITE}",
                 ExpressionAttributeNames={"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
                 ExpressionAttributeValues={
                     ":done": _s(StepStatus.COMPLETED.value),
@@ -264,13 +302,17 @@ class DynamoStore:
                     ":a": _n(attempt.attempt),
                     ":empty": {"L": []},
                     ":att": {"L": [_s(canonical_json(attempt.to_dict()))]},
+                    ":wt": _s(token),
                 },
+                **ALL_OLD,
                 **self._capacity(),
             )
 
     def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:
         status = StepStatus.FAILED if final else StepStatus.RETRYING
+        token = _token()
         values = {
+            ":wt": _s(token),
             ":status": _s(status.value),
             ":done": _s(StepStatus.COMPLETED.value),
             ":e": _s(canonical_json(attempt.error)),
@@ -283,21 +325,22 @@ class DynamoStore:
         }
         update = (
             "SET #s = :status, #e = :e, idx = :i, #n = :name, last_attempt = :a, "
-            "started_at = if_not_exists(started_at, :st), "
+            f"started_at = if_not_exists(started_at, :st), {TOKEN} = :wt, "
             "attempts = list_append(if_not_exists(attempts, :empty), :att)"
         )
         if final:
             update += ", finished_at = :f"
             values[":f"] = _n(attempt.finished_at)
         try:
-            with mapped(f"table {self._table}"):
+            with self._conditional(token, self._step_decoder(execution_id)):
                 self._db.update_item(
                     TableName=self._table,
                     Key={PK: _s(exec_pk(execution_id)), SK: _s(step_sk(index, name))},
                     UpdateExpression=update,
-                    ConditionExpression=MAY_RECORD_FAILURE,
+                    ConditionExpression=f"{MAY_RECORD_FAILURE} AND {NOT_THIS_WRITE}",
                     ExpressionAttributeNames={"#s": "status", "#e": "error", "#n": "name"},
                     ExpressionAttributeValues=values,
+                    **ALL_OLD,
                     **self._capacity(),
                 )
         except ConflictError:
@@ -500,3 +543,18 @@ class DynamoStore:
                     out[item[PK]["S"]] = self._execution(item)
                 request = answer.get("UnprocessedKeys") or {}
         return out
+
+
+def _token() -> str:
+    """One per write call: botocore's retries of that call resend it unchanged."""
+    return uuid.uuid4().hex
+
+
+def _winner(exc: ConflictError) -> dict[str, Any] | None:
+    """The item that failed the condition (``ReturnValuesOnConditionCheckFailure=ALL_OLD``)."""
+    cause = exc.__cause__
+    if not isinstance(cause, ClientError):
+        return None
+    item = cause.response.get("Item")
+    return item if isinstance(item, dict) and item else None
+

@@ -12,12 +12,14 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from engine import Engine, EngineConfig, FakeClock, process_batch
+from engine.adapters.dynamodb import DynamoStore
 from engine.errors import TransientError
 from engine.messages import StepMessage
-from engine.state import Execution
+from engine.state import Execution, Status
 
 
 class Crash(BaseException):
@@ -354,3 +356,71 @@ def add_workflow(registry: Any, name: str, steps: list[Any], retry: Any = None) 
     if retry is not None:
         attrs["retry"] = retry
     return workflow(name, registry=registry)(type(name.title(), (), attrs))
+
+
+class WriteKind(StrEnum):
+    """The engine's conditional writes, told apart by what they write."""
+
+    START = "start"  # create_execution
+    START_MARK = "start_mark"  # a guarded run marks its attempt started
+    COMMIT = "commit"  # the history commit of a step's result
+    FAILURE = "failure"  # a failed attempt appended to the history
+    ADVANCE = "advance"  # the execution moves past a committed step
+    RETRY = "retry"  # the execution moves to the next attempt
+    FAIL = "fail"  # the execution becomes FAILED
+    CANCEL = "cancel"
+    CLAIM = "claim"  # the sweeper (or redrive_failed) takes a lapsed execution over
+
+
+def write_kind(operation: str, body: dict[str, Any]) -> WriteKind | None:
+    """Which engine write a PutItem/UpdateItem request is (None: not one of the engine's)."""
+    if not body["Key" if operation == "UpdateItem" else "Item"]["SK"]["S"].startswith(("STEP#", "#META")):
+        return None  # the examples' ledger
+    if operation == "UpdateItem":
+        return WriteKind.FAILURE if ":status" in body["ExpressionAttributeValues"] else WriteKind.COMMIT
+    if body["ConditionExpression"].startswith("attribute_not_exists(PK)"):
+        return WriteKind.START
+    new = DynamoStore._execution(body["Item"])
+    if new.status is Status.CANCELLED:
+        return WriteKind.CANCEL
+    if new.status is Status.FAILED:
+        return WriteKind.FAIL
+    if new.current_step > int(body["ExpressionAttributeValues"][":s"]["N"]) or new.terminal:
+        return WriteKind.ADVANCE
+    if new.started_attempt and new.attempt_started_at == new.updated_at:
+        return WriteKind.START_MARK
+    if new.ready_at is not None and new.ready_at > new.updated_at:
+        return WriteKind.RETRY
+    return WriteKind.CLAIM
+
+
+class LostAnswers:
+    """DynamoDB applies an armed write, then its answer is lost (a timeout, a 500).
+
+    A ``needs-retry`` handler on the client asks botocore to retry after the real
+    request has been applied, so botocore sends the very same request again: what
+    its standard retry does when an answer never arrives.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._armed: list[WriteKind] = []
+        self.lost: list[WriteKind] = []
+        for operation in ("PutItem", "UpdateItem"):
+            client.meta.events.register(f"needs-retry.dynamodb.{operation}", self._needs_retry)
+
+    def arm(self, kind: WriteKind) -> None:
+        """Lose the answer of the next write of this kind."""
+        self._armed.append(kind)
+
+    def disarm(self) -> None:
+        self._armed.clear()
+
+    def _needs_retry(self, response: Any = None, operation: Any = None, request_dict: Any = None, **_: Any) -> Any:
+        if not self._armed or response is None or response[0].status_code != 200:
+            return None  # not applied, or nothing armed: botocore's own handler decides
+        kind = write_kind(operation.name, json.loads(request_dict["body"]))
+        if kind not in self._armed:
+            return None
+        self._armed.remove(kind)
+        self.lost.append(kind)
+        return 0  # seconds to wait before botocore sends it again

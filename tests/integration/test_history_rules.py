@@ -2,7 +2,8 @@
 
 Random sequences of commits and failures are written through DynamoStore on moto;
 before each write, the pure rule predicts whether the write may land, and the
-conditional write must do exactly that.
+conditional write must do exactly that. Some writes lose their answer and are sent
+again by botocore (write tokens): the outcome is the same, and nothing is appended twice.
 """
 
 from __future__ import annotations
@@ -16,23 +17,30 @@ from moto import mock_aws
 from engine.adapters.dynamodb import DynamoStore
 from engine.errors import ConflictError
 from engine.history_rules import HistoryRule, commit_refused_by, failure_refused_by
-from engine.state import Attempt, AttemptOutcome, StepStatus
+from engine.state import Attempt, AttemptOutcome, StepRecord, StepStatus
 from loom.template import create_resources
+from tests.integration.engine_support import LostAnswers, WriteKind
 
 pytestmark = pytest.mark.integration
 
-WRITE = st.tuples(st.sampled_from(["commit", "retrying", "final"]), st.integers(min_value=1, max_value=4))
+WRITE = st.tuples(
+    st.sampled_from(["commit", "retrying", "final"]), st.integers(min_value=1, max_value=4), st.booleans()
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(writes=st.lists(WRITE, min_size=1, max_size=8))
-def test_the_adapter_enforces_exactly_the_history_rules(writes: list[tuple[str, int]]) -> None:
+def test_the_adapter_enforces_exactly_the_history_rules(writes: list[tuple[str, int, bool]]) -> None:
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         refs = create_resources(session)
-        store = DynamoStore(session.client("dynamodb"), refs["Table"], 4)
-        for kind, number in writes:
-            record = store.get_step("e", 0, "s")
+        client = session.client("dynamodb")
+        store, lost = DynamoStore(client, refs["Table"], 4), LostAnswers(client)
+        expected: list[int] = []  # the attempt numbers the history should hold, in order
+        for kind, number, lose_answer in writes:
+            record, lost_before = store.get_step("e", 0, "s"), len(lost.lost)
+            if lose_answer:
+                lost.arm(WriteKind.COMMIT if kind == "commit" else WriteKind.FAILURE)
             if kind == "commit":
                 refused = commit_refused_by(record, number)
                 attempt = Attempt(number, 1.0, 2.0, AttemptOutcome.COMPLETED)
@@ -46,16 +54,23 @@ def test_the_adapter_enforces_exactly_the_history_rules(writes: list[tuple[str, 
                 attempt = Attempt(number, 1.0, 2.0, AttemptOutcome.FAILED, {"type": "E", "message": "m"})
                 landed = store.record_failure("e", 0, "s", attempt, final=kind == "final")
             assert landed == (refused is None), (kind, number, record, refused)
+            assert len(lost.lost) == lost_before + (lose_answer and landed), "the answer was not lost"
+            lost.disarm()  # a refused write was never applied, so it had no answer to lose
+            expected += [number] if landed else []
+            after = store.get_step("e", 0, "s")
+            assert [a.attempt for a in (after.attempts if after else ())] == expected
+            assert len(set(expected)) == len(expected), "an attempt number recorded twice"
 
 
 def test_each_rule_names_the_case_it_refuses() -> None:
-    from engine.state import StepRecord
-
     done = StepRecord("e", 0, "s", StepStatus.COMPLETED, (Attempt(1, 0, 1, AttemptOutcome.COMPLETED),))
     failed = StepRecord("e", 0, "s", StepStatus.FAILED, (Attempt(2, 0, 1, AttemptOutcome.FAILED),))
     assert commit_refused_by(done, 2) is HistoryRule.COMMIT_ONCE
     assert commit_refused_by(failed, 2) is HistoryRule.FAILED_IS_FINAL
     assert commit_refused_by(failed, 3) is None
+    retrying = StepRecord("e", 0, "s", StepStatus.RETRYING, (Attempt(1, 0, 1, AttemptOutcome.FAILED),))
+    assert commit_refused_by(retrying, 1) is HistoryRule.ONE_RECORD_PER_ATTEMPT, "a second record of attempt 1"
+    assert commit_refused_by(retrying, 2) is None
     assert failure_refused_by(failed, 2) is HistoryRule.ONE_RECORD_PER_ATTEMPT
     assert failure_refused_by(done, 3) is HistoryRule.NO_FAILURE_AFTER_COMMIT
     assert commit_refused_by(None, 1) is None and failure_refused_by(None, 1) is None

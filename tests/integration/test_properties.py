@@ -1,7 +1,7 @@
 """Stateful property test: random interleavings of deliveries, duplicates, worker deaths,
-sweeps and clock jumps against the engine on moto's DynamoDB; and, for the waits, callback
-completions (same and other bodies), failures and heartbeats, signals, timeouts and child
-ends, in every interleaving with the rest.
+lost write answers, sweeps and clock jumps against the engine on moto's DynamoDB; and, for the
+waits, callback completions (same and other bodies), failures and heartbeats, signals, timeouts
+and child ends, in every interleaving with the rest.
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
@@ -46,9 +46,10 @@ from engine.adapters.dynamodb import DynamoStore
 from engine.errors import AlreadyTerminal, LoomError
 from engine.messages import StepMessage
 from engine.ports import FAULT_POINTS
+from engine.state import AttemptOutcome
 from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, child, wait_for_callback, wait_for_signal
 from loom.template import create_resources
-from tests.integration.engine_support import Crash, CrashAt, WatchedStore, add_workflow
+from tests.integration.engine_support import Crash, CrashAt, LostAnswers, WatchedStore, WriteKind, add_workflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -180,7 +181,9 @@ class EngineMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.queue = ModelQueue(self.clock)
         self.faults = CrashAt()
-        self.store = WatchedStore(DynamoStore(session.client("dynamodb"), refs["Table"], CONFIG.shards))
+        client = session.client("dynamodb")
+        self.store = WatchedStore(DynamoStore(client, refs["Table"], CONFIG.shards))
+        self.lost = LostAnswers(client)
         self.model = Model()
         self.engine = Engine(
             registry=REGISTRY,
@@ -211,7 +214,8 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(workflow=st.sampled_from(WORKFLOWS), fails=st.sampled_from([0, 0, 1, 2, 3]))
     def start(self, workflow: str, fails: int) -> None:
         execution_id = f"x{len(self.ids)}"
-        self.engine.start(workflow, {"fails": {"f": fails, "a": min(fails, 1)}}, execution_id=execution_id)
+        _, created = self.engine.start(workflow, {"fails": {"f": fails, "a": min(fails, 1)}}, execution_id=execution_id)
+        assert created, "a new id was not reported created"
         self.ids.append(execution_id)
 
     @rule(
@@ -266,6 +270,11 @@ class EngineMachine(RuleBasedStateMachine):
         else:
             self.faults.arm(point)
 
+    @rule(kind=st.sampled_from(list(WriteKind)))
+    def lose_write_answer(self, kind: WriteKind) -> None:
+        """DynamoDB applies the next write of this kind, its answer is lost, botocore resends it."""
+        self.lost.arm(kind)
+
     @rule()
     def sweep(self) -> None:
         try:
@@ -288,9 +297,12 @@ class EngineMachine(RuleBasedStateMachine):
         if really:  # cancel rarely, or few executions would get far
             return
         execution_id = self.ids[pick % len(self.ids)]
+        before = self.store.inner.get_execution(execution_id)
         try:
             self.engine.cancel(execution_id)
         except AlreadyTerminal:
+            # Nothing else runs between the read and the cancel: only a terminal one refuses.
+            assert before.terminal, f"cancel of {before.status} {execution_id} answered AlreadyTerminal"
             return
         self.model.cancelled.add(execution_id)
 
@@ -447,6 +459,9 @@ class EngineMachine(RuleBasedStateMachine):
                 completed = [a for a in record.attempts if a.outcome == "completed"]
                 attempts = [a.attempt for a in record.attempts]
                 assert len(attempts) == len(set(attempts)), f"attempt recorded twice: {record}"
+                if self.deaths == 0:
+                    # No worker died, so no attempt was lost: a lost write answer must not look like one.
+                    assert all(a.outcome is not AttemptOutcome.WORKER_LOST for a in record.attempts), record
                 if record.status is not StepStatus.COMPLETED:
                     assert completed == []
                     continue
