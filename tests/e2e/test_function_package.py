@@ -180,8 +180,8 @@ def test_a_workflow_module_outside_the_repository_runs_when_sources_lists_it(pro
     try:
         assert info["package"]["sources"][-1] == str(project / "myapp")
         assert "function package (SOURCES):  engine functions workflows" in done.stderr
-        ex_id = start(info["control_plane_url"], "myapp_hello", {"name": "loom"})
-        wait_status(info["control_plane_url"], ex_id, "COMPLETED")
+        ex_id = start(LocalApi.from_info(info), "myapp_hello", {"name": "loom"})
+        wait_status(LocalApi.from_info(info), ex_id, "COMPLETED")
         history = ok(LocalApi.from_info(info), "GET", f"/executions/{ex_id}/history")
         steps = history["steps"] if isinstance(history, dict) else history
         assert [(s["name"], s["result"]) for s in steps] == [("greet", {"greeting": "hello loom"})]

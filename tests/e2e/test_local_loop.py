@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loom.local import procs
-from loom.local.client import call
+from loom.local.client import LocalApi, call
 from tests.e2e.support import loom, stack_info, start, status_of, wait_for, wait_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -60,7 +60,7 @@ def test_restart_reload_and_kill_keep_the_work(tmp_path):
     (code / "mine.py").write_text("VERSION = 1\n")
     info, said = _up(state, "--reload", "--watch", str(code))
     assert "starting the stack in the background" in said  # progress while it waits
-    api = info["control_plane_url"]
+    api = LocalApi.from_info(info)
     ex_id = start(api, "order_fulfillment", {"order_id": "o-1", "amount": 5})
     assert wait_status(api, ex_id, "SLEEPING")["current_step_name"] == "sleep_1h"
 
@@ -88,7 +88,7 @@ def test_restart_reload_and_kill_keep_the_work(tmp_path):
     info, said = _up(state)
     assert "is not running (it died at" in said
     assert "state.restored" in (state / "stack.log").read_text()
-    api = info["control_plane_url"]
+    api = LocalApi.from_info(info)
     assert status_of(api, ex_id)["status"] == "SLEEPING"
     advanced = loom(state, "time", "advance", "2h")
     assert advanced.returncode == 0, advanced.stderr
@@ -109,14 +109,14 @@ def test_restart_reload_and_kill_keep_the_work(tmp_path):
 
     # A clean `loom down` and `loom up` keep it all too.
     info, _ = _up(state)
-    assert status_of(info["control_plane_url"], ex_id)["status"] == "COMPLETED"
-    assert status_of(info["control_plane_url"], future)["status"] == "COMPLETED"
+    assert status_of(LocalApi.from_info(info), ex_id)["status"] == "COMPLETED"
+    assert status_of(LocalApi.from_info(info), future)["status"] == "COMPLETED"
     _down(state)
 
     # --fresh forgets it all.
     info, _ = _up(state, "--fresh")
     try:
-        code_, _body = call(info["control_plane_url"], "GET", f"/executions/{ex_id}")
+        code_, _body = call(LocalApi.from_info(info), "GET", f"/executions/{ex_id}")
         assert code_ == 404
     finally:
         _down(state)

@@ -16,8 +16,11 @@ import pytest
 
 from loom.local.async_invoke import Verdict
 from loom.local.concurrency import CapSource
+from loom.local.package import makefile_sources
 from loom.local.stack import LocalStack, StackOptions
 from loom.template import load
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.e2e
 
@@ -61,6 +64,8 @@ def test_template_concurrency_and_an_overlapping_retried_schedule(tmp_path: Path
         state_dir=tmp_path / "state",
         template=template,
         tick=0.5,
+        # The fake sweeper lives in tests/: it goes in the functions' package as a SOURCES entry.
+        sources=(*makefile_sources(), str(ROOT / "tests")),
         function_env={"SweeperFunction": {"SCHED_RECORD": str(record), "SCHED_SLEEP": "1.2", "SCHED_FAIL": "1"}},
     )
     with LocalStack(opts) as stack:
