@@ -27,12 +27,19 @@ class EngineConfig:
     # Executions one sweep call may re-drive, and the page size of its queries.
     sweep_limit: int = 500
     sweep_page: int = 100
+    # The sweeper's schedule (template.yaml: rate(1 minute)). Only used to turn the
+    # clock into a tick number, so that consecutive sweeps start at consecutive shards.
+    sweep_period_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:
             raise InvalidInput("shards must be between 1 and 1000")
         if self.lease_seconds <= 0:
             raise InvalidInput("lease_seconds must be positive")
+        if self.sweep_limit < 1 or self.sweep_page < 1:
+            raise InvalidInput("sweep_limit and sweep_page must be at least 1")
+        if self.sweep_period_seconds <= 0:
+            raise InvalidInput("sweep_period_seconds must be positive")
         if not 0 <= self.max_sqs_delay <= 900:
             raise InvalidInput("max_sqs_delay must be between 0 and 900")
 

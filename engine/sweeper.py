@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from engine import steps
 from engine import transitions as tr
+from engine.config import EngineConfig
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
 from engine.log import get_logger
 from engine.messages import MessageKind, StepMessage
@@ -49,23 +50,31 @@ class _Tally:
         self.skipped += action is SweepAction.SKIPPED
 
 
-def sweep(parts: Parts, now: float | None = None) -> SweepReport:
-    """Re-drive every due execution, shard by shard, at most ``sweep_limit`` per call."""
+def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = None) -> SweepReport:
+    """Re-drive due executions, at most ``sweep_limit`` per call, shared fairly between shards.
+
+    Shards take turns a page at a time (round robin, see ``plan_round``), starting at
+    ``first_shard``; by default it comes from the clock (``first_shard_at``), so
+    consecutive ticks start at consecutive shards without the engine keeping state.
+    Every shard with due work gets a share of each call's budget, and each shard is
+    read oldest first, so one busy shard cannot keep another's oldest item waiting.
+    """
     now = parts.clock.now() if now is None else now
+    cfg = parts.config
     tally = _Tally()
-    budget = parts.config.sweep_limit
-    truncated = False
+    budget = cfg.sweep_limit
+    start = first_shard_at(now, cfg) if first_shard is None else first_shard % cfg.shards
+    active = [(start + i) % cfg.shards for i in range(cfg.shards)]
+    cursors: dict[int, str | None] = {}
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
     outgoing: list[StepMessage] = []
-    for shard in range(parts.config.shards):
-        cursor: str | None = None
-        while True:
-            if budget <= 0:
-                truncated = True
-                break
-            ids, cursor = parts.store.due(shard, now, min(parts.config.sweep_page, budget), cursor)
+    while active and budget > 0:
+        for shard, take in plan_round(active, budget, cfg.sweep_page):
+            ids, cursors[shard] = parts.store.due(shard, now, take, cursors.get(shard))
             budget -= len(ids)
             tally.due += len(ids)
+            if cursors[shard] is None:
+                active.remove(shard)  # drained: its turns go to the others
             for execution_id in ids:
                 message = _sweep_guarded(parts, execution_id, now, tally)
                 if message is not None:
@@ -73,13 +82,39 @@ def sweep(parts: Parts, now: float | None = None) -> SweepReport:
                 if len(outgoing) >= SQS_BATCH:
                     tally.errors += send_redrives(parts, outgoing)
                     outgoing = []
-            if cursor is None:
-                break
     if outgoing:
         tally.errors += send_redrives(parts, outgoing)
-    report = SweepReport(truncated=truncated, **asdict(tally))
-    engine_log().info("sweep.finished", **asdict(report))
+    report = SweepReport(truncated=bool(active), **asdict(tally))
+    engine_log().info("sweep.finished", first_shard=start, **asdict(report))
     return report
+
+
+def first_shard_at(now: float, cfg: EngineConfig) -> int:
+    """The shard a sweep starts at, from the number of the schedule's tick.
+
+    Ticks ``sweep_period_seconds`` apart fall in consecutive periods; each starts where
+    the previous tick's first round ended (``sweep_limit`` shards further on), so even a
+    budget smaller than the shards reaches them all in turn. Nothing is stored between calls.
+    """
+    return (int(now // cfg.sweep_period_seconds) * cfg.sweep_limit) % cfg.shards
+
+
+def plan_round(active: list[int], budget: int, page: int) -> list[tuple[int, int]]:
+    """One round robin turn: (shard, page size) for each shard with due work left.
+
+    The budget is split evenly (at most ``page`` each); when it is smaller than the
+    number of shards, the first ones in turn order get one each. A shard that turns
+    out to have less than its share leaves the rest to the next round.
+    """
+    share = max(1, min(page, budget // len(active)))
+    plan: list[tuple[int, int]] = []
+    for shard in active:
+        take = min(share, budget)
+        if take <= 0:
+            break
+        plan.append((shard, take))
+        budget -= take
+    return plan
 
 
 def _sweep_guarded(parts: Parts, execution_id: str, now: float, tally: _Tally) -> StepMessage | None:
