@@ -18,7 +18,7 @@ from engine.outcome import LinkResult, Outcome, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import AttemptOutcome, Execution, error_info
-from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
+from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard, run_is_covered
 from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
 
 Remaining = Callable[[], float]
@@ -93,7 +93,8 @@ def handle_link(parts: Parts, msg: StepMessage, *, redelivered: bool, known: Exe
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
         return steps.fail_execution(parts, ex, exc, st_name=None)
-    if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once"):
+    covered = run_is_covered(ex, parts.clock.now(), parts.config)
+    if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once", covered=covered):
         return run_guarded(parts, ex, spec, st)
     return steps.run_step(parts, ex, spec, st)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
@@ -21,6 +22,9 @@ SQS_BATCH = 10
 
 class SweepAction(StrEnum):
     REDRIVE = "redrive"
+    # The lease lapsed while the queue holds a backlog that may hold its message:
+    # the lease is renewed, nothing is sent (see ``judge_lapsed``).
+    POSTPONED = "postponed"
     WOKE = "woke"
     SKIPPED = "skipped"
 
@@ -29,6 +33,7 @@ class SweepAction(StrEnum):
 class SweepReport:
     due: int = 0
     redriven: int = 0
+    postponed: int = 0
     woken: int = 0
     skipped: int = 0
     truncated: bool = False
@@ -40,12 +45,14 @@ class SweepReport:
 class _Tally:
     due: int = 0
     redriven: int = 0
+    postponed: int = 0
     woken: int = 0
     skipped: int = 0
     errors: int = 0
 
     def count(self, action: SweepAction) -> None:
         self.redriven += action is SweepAction.REDRIVE
+        self.postponed += action is SweepAction.POSTPONED
         self.woken += action is SweepAction.WOKE
         self.skipped += action is SweepAction.SKIPPED
 
@@ -68,6 +75,7 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
     cursors: dict[int, str | None] = {}
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
     outgoing: list[StepMessage] = []
+    backlog = Backlog(parts)
     while active and budget > 0:
         for shard, take in plan_round(active, budget, cfg.sweep_page):
             ids, cursors[shard] = parts.store.due(shard, now, take, cursors.get(shard))
@@ -76,7 +84,7 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
             if cursors[shard] is None:
                 active.remove(shard)  # drained: its turns go to the others
             for execution_id in ids:
-                message = _sweep_guarded(parts, execution_id, now, tally)
+                message = _sweep_guarded(parts, execution_id, now, tally, backlog)
                 if message is not None:
                     outgoing.append(message)
                 if len(outgoing) >= SQS_BATCH:
@@ -117,9 +125,11 @@ def plan_round(active: list[int], budget: int, page: int) -> list[tuple[int, int
     return plan
 
 
-def _sweep_guarded(parts: Parts, execution_id: str, now: float, tally: _Tally) -> StepMessage | None:
+def _sweep_guarded(
+    parts: Parts, execution_id: str, now: float, tally: _Tally, backlog: Backlog
+) -> StepMessage | None:
     try:
-        action, message = sweep_one(parts, execution_id, now)
+        action, message = sweep_one(parts, execution_id, now, backlog)
     except LoomError as exc:
         # One execution's trouble (throttling, say) must not stall the others:
         # it is still due, and the next sweep tries it again.
@@ -141,7 +151,44 @@ def send_redrives(parts: Parts, messages: list[StepMessage]) -> int:
     return 0
 
 
-def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction, StepMessage | None]:
+class Backlog:
+    """The step queue's backlog, asked at most once per sweep and only when a verdict needs it."""
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+        self._waiting: int | None = None
+
+    def __call__(self) -> int:
+        if self._waiting is None:
+            try:
+                self._waiting = self._parts.queue.backlog()
+            except LoomError as exc:
+                # Unknown: re-drive as before; the runner's guard keeps the two runs apart.
+                engine_log().warning("sweep.backlog_unknown", error=error_info(exc))
+                self._waiting = 0
+        return self._waiting
+
+
+def judge_lapsed(ex: Execution, waiting: int) -> SweepAction:
+    """A RUNNING execution's lease lapsed: re-drive it, or wait for the queue's backlog.
+
+    A marked attempt (``started_attempt == attempt``) was started by a guarded runner
+    whose mark renewed the lease: that lease lapsing means the runner is gone. An
+    unmarked one is waiting for its message; while ``waiting`` messages sit in the
+    queue that message may be one of them, and a redrive would only add a copy (and,
+    at scale, double the backlog). Once the backlog is gone, a lapsed lease is a lost
+    message and is re-driven. (A redrive is guarded anyway, and a message received
+    after its lease ran low runs guarded too, so a wrong guess costs a message, not an
+    overlapping run.)
+    """
+    if ex.started_attempt == ex.attempt or waiting == 0:
+        return SweepAction.REDRIVE
+    return SweepAction.POSTPONED
+
+
+def sweep_one(
+    parts: Parts, execution_id: str, now: float, backlog: Callable[[], int] | None = None
+) -> tuple[SweepAction, StepMessage | None]:
     ex = parts.store.get_execution(execution_id)
     if ex is None or ex.next_wake_at is None or ex.next_wake_at > now:
         return SweepAction.SKIPPED, None
@@ -155,7 +202,10 @@ def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction,
                 send(parts, *done.effects.delayed)
             action = SweepAction.WOKE if done.status is OutcomeStatus.WOKE else SweepAction.SKIPPED
             return action, done.effects.run_next
-        new = tr.reclaimed_state(ex, now, parts.config)
+        marked = ex.started_attempt == ex.attempt
+        action = judge_lapsed(ex, 0 if marked else (backlog or Backlog(parts))())
+        postpone = action is SweepAction.POSTPONED
+        new = (tr.postponed_state if postpone else tr.reclaimed_state)(ex, now, parts.config)
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("sweep.lost_race")
@@ -164,6 +214,9 @@ def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction,
         steps.fail_execution(parts, ex, exc, st_name=None)
         return SweepAction.SKIPPED, None
     wake_at = ex.next_wake_at
+    if action is SweepAction.POSTPONED:
+        execution_log(ex).info("sweep.postponed_for_backlog", wake_at=wake_at, next_wake_at=new.next_wake_at)
+        return action, None
     execution_log(ex).info("sweep.redrive", wake_at=wake_at, late_by=round(now - wake_at, 3))
     return SweepAction.REDRIVE, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
 

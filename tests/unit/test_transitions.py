@@ -6,6 +6,7 @@ import pytest
 
 from engine import EngineConfig, Execution, Status, StepMessage, sleep
 from engine import transitions as tr
+from engine.verdicts import run_is_covered
 from engine.workflow import build_spec
 
 pytestmark = pytest.mark.unit
@@ -125,9 +126,16 @@ def test_started_state_marks_the_attempt_and_keeps_or_refreshes_the_lease():
     assert tr.started_state(execution(next_wake_at=NOW + 5), NOW, CFG).next_wake_at == NOW + 200
 
 
-def test_reclaimed_state_takes_a_fresh_lease():
+def test_reclaimed_state_takes_exactly_one_lease_so_every_later_message_runs_guarded():
     new = tr.reclaimed_state(execution(next_wake_at=NOW - 1, started_attempt=1), NOW, CFG)
-    assert new.next_wake_at == NOW + 200 and new.version == 4 and new.started_attempt == 1
+    assert new.next_wake_at == NOW + 100 and new.version == 4 and new.started_attempt == 1
+    assert not run_is_covered(new, NOW, CFG)
+
+
+def test_postponed_state_takes_a_fresh_lease():
+    new = tr.postponed_state(execution(next_wake_at=NOW - 1), NOW, CFG)
+    assert new.next_wake_at == NOW + 200 and new.version == 4
+    assert run_is_covered(new, NOW + 99, CFG) and not run_is_covered(new, NOW + 100, CFG)
 
 
 def test_redriven_state_starts_a_new_round_without_reusing_attempt_numbers():

@@ -7,7 +7,8 @@ import pytest
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus
-from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard
+from engine.sweeper import SweepAction, judge_lapsed
+from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, needs_guard, run_is_covered
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +81,22 @@ def test_a_mark_younger_than_a_lease_is_in_flight_and_an_older_one_is_a_lost_wor
     assert young.verdict is GuardVerdict.IN_FLIGHT and young.marked_at == NOW - 99
     old = check_guard(ex(started_attempt=1, attempt_started_at=NOW - 100), None, NOW, CFG)
     assert old.verdict is GuardVerdict.WORKER_LOST and old.marked_at == NOW - 100
+
+
+def test_a_run_is_covered_only_while_a_whole_lease_is_left_and_nobody_marked_the_attempt() -> None:
+    assert run_is_covered(ex(next_wake_at=NOW + 150), NOW, CFG)
+    # A message that waited in a backlog until less than a lease was left may have been
+    # re-driven already: it runs guarded.
+    assert not run_is_covered(ex(next_wake_at=NOW + 100), NOW, CFG)
+    assert not run_is_covered(ex(next_wake_at=NOW - 5), NOW, CFG)
+    # Another runner marked this attempt started: go through the guard (in flight or lost).
+    assert not run_is_covered(ex(next_wake_at=NOW + 150, started_attempt=1), NOW, CFG)
+    assert needs_guard(StepMessage("e", 0), redelivered=False, at_most_once=False, covered=False)
+
+
+def test_a_lapsed_lease_waits_for_the_backlog_unless_its_attempt_was_marked() -> None:
+    lapsed = ex(next_wake_at=NOW - 1)
+    assert judge_lapsed(lapsed, waiting=0) is SweepAction.REDRIVE
+    assert judge_lapsed(lapsed, waiting=25) is SweepAction.POSTPONED
+    # A guarded runner's mark renewed the lease; that lease lapsing means the runner is gone.
+    assert judge_lapsed(ex(next_wake_at=NOW - 1, started_attempt=1), waiting=25) is SweepAction.REDRIVE
