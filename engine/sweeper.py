@@ -125,9 +125,7 @@ def plan_round(active: list[int], budget: int, page: int) -> list[tuple[int, int
     return plan
 
 
-def _sweep_guarded(
-    parts: Parts, execution_id: str, now: float, tally: _Tally, backlog: Backlog
-) -> StepMessage | None:
+def _sweep_guarded(parts: Parts, execution_id: str, now: float, tally: _Tally, backlog: Backlog) -> StepMessage | None:
     try:
         action, message = sweep_one(parts, execution_id, now, backlog)
     except LoomError as exc:
