@@ -12,10 +12,13 @@ from engine.errors import InvalidInput
 class EngineConfig:
     # GSI1 partitions the due index into this many shards (DUE#0..DUE#n-1).
     shards: int = 4
-    # Longest a step may run unobserved; must exceed the worker's timeout. A RUNNING
-    # execution's next_wake_at is kept between lease and 2 * lease ahead.
-    # The one default: functions/settings.py and template.yaml take theirs from here.
-    lease_seconds: float = 90.0
+    # Longest a step may run unobserved: at least the worker's timeout (every run starts
+    # with more than a whole lease ahead, see verdicts.run_is_covered, and ends within the
+    # timeout). A RUNNING execution's next_wake_at is kept between lease and 2 * lease
+    # ahead, so a lost message or a dead worker is found 1 to 2 leases later (DESIGN.md,
+    # Performance: recovery). The one default: functions/settings.py and template.yaml
+    # take theirs from here (tests/integration/test_template.py checks the template's).
+    lease_seconds: float = 60.0
     # SQS DelaySeconds stops at 15 minutes; longer waits belong to the sweeper.
     max_sqs_delay: int = 900
     # Run the next step in the same invocation instead of a queue round trip.
