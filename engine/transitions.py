@@ -31,8 +31,11 @@ def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | Non
     """next_wake_at for a RUNNING execution.
 
     Keeping an unexpired lease means no write to the due index on most steps. A lease
-    is kept only while more than a whole lease (plus ``early_tolerance``) is left, so the
-    step that runs next still finds a whole lease ahead (``verdicts.run_is_covered``).
+    is kept only while more than one and a half leases (plus ``early_tolerance``) are
+    left, so the step that runs next still finds a whole lease ahead
+    (``verdicts.run_is_covered``) even after its message waited up to half a lease in the
+    queue: renewing here moves only the due index, where a start mark later would cost a
+    write to the table as well.
     """
     start = now if base is None else max(now, base)
     if (
@@ -40,7 +43,7 @@ def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | Non
         and base is None
         and ex.status is Status.RUNNING
         and ex.next_wake_at is not None
-        and ex.next_wake_at - now >= cfg.lease_seconds + cfg.early_tolerance
+        and ex.next_wake_at - now >= 1.5 * cfg.lease_seconds + cfg.early_tolerance
     ):
         return ex.next_wake_at
     return start + 2 * cfg.lease_seconds
