@@ -61,8 +61,8 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
     """Re-drive due executions, at most ``sweep_limit`` per call, shared fairly between shards.
 
     Shards take turns a page at a time (round robin, see ``plan_round``), starting at
-    ``first_shard``; by default it comes from the clock (``first_shard_at``), so
-    consecutive ticks start at consecutive shards without the engine keeping state.
+    ``first_shard``; by default it comes from the clock (``first_shard_at``), so each
+    tick starts where the previous one's first round ended, without the engine keeping state.
     Every shard with due work gets a share of each call's budget, and each shard is
     read oldest first, so one busy shard cannot keep another's oldest item waiting.
     """
@@ -89,6 +89,7 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
                     outgoing.append(message)
                 if len(outgoing) >= SQS_BATCH:
                     tally.errors += send_redrives(parts, outgoing)
+                    backlog.own += len(outgoing)
                     outgoing = []
     if outgoing:
         tally.errors += send_redrives(parts, outgoing)
@@ -155,11 +156,13 @@ class Backlog:
     def __init__(self, parts: Parts) -> None:
         self._parts = parts
         self._waiting: int | None = None
+        # Messages this sweep has sent already (woken sleeps, redrives): not a backlog.
+        self.own = 0
 
     def __call__(self) -> int:
         if self._waiting is None:
             try:
-                self._waiting = self._parts.queue.backlog()
+                self._waiting = max(0, self._parts.queue.backlog() - self.own)
             except LoomError as exc:
                 # Unknown: re-drive as before; the runner's guard keeps the two runs apart.
                 engine_log().warning("sweep.backlog_unknown", error=error_info(exc))

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from engine import Registry
+from engine import Execution, Registry, Status, shard_of, sleep
 from engine.messages import MessageKind
 from tests.integration.engine_support import add_workflow
 
@@ -52,6 +52,7 @@ def probe() -> Overlaps:
 def reg(rec, probe):
     reg = Registry()
     add_workflow(reg, "two", [rec.step("a", probe), rec.step("b", probe)])
+    add_workflow(reg, "nap", [sleep(days=1), rec.step("after")])
     return reg
 
 
@@ -93,3 +94,22 @@ def test_a_late_original_and_a_redrive_never_run_the_step_together(rig, rec, pro
     assert rec.count("x", 0) == 1 and probe.overlaps == []
     rig.driver.pump()
     assert rig.status("x") == "COMPLETED" and rec.count("x", 0) == 1 and rec.count("x", 1) == 1
+
+
+def test_the_sweeps_own_messages_are_not_a_backlog(rig):
+    """Ten sleepers woken earlier in the same sweep put ten messages in the queue; a lost
+    message judged after them is still re-driven, not postponed behind the sweep's own."""
+    shards = rig.engine.config.shards
+    lost = next(f"lost{i}" for i in range(1000) if shard_of(f"lost{i}", shards) == 0)
+    rig.queue.fail_sends = 1
+    rig.engine.start("two", {}, execution_id=lost)  # its first message is lost
+    lapse = rig.engine.get(lost).next_wake_at
+    now = rig.clock.now()
+    sleepers = [f"nap{i}" for i in range(1000) if shard_of(f"nap{i}", shards) == 0][:10]
+    for i, execution_id in enumerate(sleepers):  # due before the lost one: read first
+        rig.store.inner.create_execution(
+            Execution(execution_id, "nap", Status.SLEEPING, 0, 1, {}, {}, now, now, next_wake_at=now + i)
+        )
+    rig.clock.set(lapse + 1)
+    report = rig.engine.sweep()
+    assert (report.woken, report.redriven, report.postponed) == (10, 1, 0)
