@@ -257,7 +257,7 @@ class EngineMachine(RuleBasedStateMachine):
         except Crash:
             self.deaths += 1
 
-    @rule(leases=st.integers(2, 10))
+    @rule(leases=st.integers(2, 4))
     def backlog(self, leases: int) -> None:
         """The workers fall behind: nothing is received while the clock passes several
         leases and the sweeper ticks. A message still waiting is not taken for a lost one."""
