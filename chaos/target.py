@@ -229,7 +229,7 @@ class Target:
 
     @cached_property
     def lease(self) -> float:
-        return float(self.settings.get("LOOM_LEASE_SECONDS", "90"))
+        return float(self.settings.get("LOOM_LEASE_SECONDS") or EngineConfig.lease_seconds)
 
     @cached_property
     def sweep_interval(self) -> float:

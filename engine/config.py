@@ -12,10 +12,13 @@ from engine.errors import InvalidInput
 class EngineConfig:
     # GSI1 partitions the due index into this many shards (DUE#0..DUE#n-1).
     shards: int = 4
-    # Longest a step may run unobserved; must exceed the worker's timeout. A RUNNING
-    # execution's next_wake_at is kept between lease and 2 * lease ahead.
-    # The one default: functions/settings.py and template.yaml take theirs from here.
-    lease_seconds: float = 90.0
+    # Longest a step may run unobserved: at least the worker's timeout (every run starts
+    # with more than a whole lease ahead, see verdicts.run_is_covered, and ends within the
+    # timeout). A RUNNING execution's next_wake_at is kept between lease and 2 * lease
+    # ahead, so a lost message or a dead worker is found 1 to 2 leases later (DESIGN.md,
+    # Performance: recovery). The one default: functions/settings.py and template.yaml
+    # take theirs from here (tests/integration/test_template.py checks the template's).
+    lease_seconds: float = 60.0
     # SQS DelaySeconds stops at 15 minutes; longer waits belong to the sweeper.
     max_sqs_delay: int = 900
     # Run the next step in the same invocation instead of a queue round trip.
@@ -29,12 +32,19 @@ class EngineConfig:
     # Executions one sweep call may re-drive, and the page size of its queries.
     sweep_limit: int = 500
     sweep_page: int = 100
+    # The sweeper's schedule (template.yaml: rate(1 minute)). Only used to turn the
+    # clock into a tick number, so that consecutive sweeps start at consecutive shards.
+    sweep_period_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:
             raise InvalidInput("shards must be between 1 and 1000")
         if self.lease_seconds <= 0:
             raise InvalidInput("lease_seconds must be positive")
+        if self.sweep_limit < 1 or self.sweep_page < 1:
+            raise InvalidInput("sweep_limit and sweep_page must be at least 1")
+        if self.sweep_period_seconds <= 0:
+            raise InvalidInput("sweep_period_seconds must be positive")
         if not 0 <= self.max_sqs_delay <= 900:
             raise InvalidInput("max_sqs_delay must be between 0 and 900")
 

@@ -80,6 +80,13 @@ class Queue(Protocol):
 
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None: ...
 
+    def backlog(self) -> int:
+        """Messages waiting in the step queue to be received: visible, not in flight, not delayed.
+
+        SQS's figure is approximate (it may lag the queue by a minute). Raises
+        ``TransientError`` when the queue cannot be asked.
+        """
+
 
 class Faults(Protocol):
     """Named points where chaos tests may crash the worker. Inert in production."""

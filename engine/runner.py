@@ -20,7 +20,15 @@ from engine.parked import malformed_record
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import AttemptOutcome, Execution
-from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, has_time, needs_guard
+from engine.verdicts import (
+    GuardVerdict,
+    MessageVerdict,
+    check_guard,
+    check_message,
+    has_time,
+    needs_guard,
+    run_is_covered,
+)
 from engine.workflow import PARKING_WAITS, SleepSpec, StepSpec, WorkflowSpec
 
 Remaining = Callable[[], float]
@@ -123,7 +131,8 @@ def handle_link(
     if timeout is not None and not has_time(None if remaining is None else remaining(), timeout, reserve):
         log.info("step.no_time", timeout=timeout, reserve=reserve)
         return LinkResult(OutcomeStatus.NO_TIME)
-    if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once"):
+    covered = run_is_covered(ex, parts.clock.now(), parts.config)
+    if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once", covered=covered):
         return run_guarded(parts, ex, spec, st)
     return steps.run_step(parts, ex, spec, st)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from engine import children, steps, waits
 from engine import transitions as tr
+from engine.config import EngineConfig
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
 from engine.log import get_logger
@@ -21,6 +23,9 @@ SQS_BATCH = 10
 
 class SweepAction(StrEnum):
     REDRIVE = "redrive"
+    # The lease lapsed while the queue holds a backlog that may hold its message:
+    # the lease is renewed, nothing is sent (see ``judge_lapsed``).
+    POSTPONED = "postponed"
     WOKE = "woke"
     SKIPPED = "skipped"
 
@@ -29,6 +34,7 @@ class SweepAction(StrEnum):
 class SweepReport:
     due: int = 0
     redriven: int = 0
+    postponed: int = 0
     woken: int = 0
     skipped: int = 0
     truncated: bool = False
@@ -40,52 +46,90 @@ class SweepReport:
 class _Tally:
     due: int = 0
     redriven: int = 0
+    postponed: int = 0
     woken: int = 0
     skipped: int = 0
     errors: int = 0
 
     def count(self, action: SweepAction) -> None:
         self.redriven += action is SweepAction.REDRIVE
+        self.postponed += action is SweepAction.POSTPONED
         self.woken += action is SweepAction.WOKE
         self.skipped += action is SweepAction.SKIPPED
 
 
-def sweep(parts: Parts, now: float | None = None) -> SweepReport:
-    """Re-drive every due execution, shard by shard, at most ``sweep_limit`` per call."""
+def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = None) -> SweepReport:
+    """Re-drive due executions, at most ``sweep_limit`` per call, shared fairly between shards.
+
+    Shards take turns a page at a time (round robin, see ``plan_round``), starting at
+    ``first_shard``; by default it comes from the clock (``first_shard_at``), so each
+    tick starts where the previous one's first round ended, without the engine keeping state.
+    Every shard with due work gets a share of each call's budget, and each shard is
+    read oldest first, so one busy shard cannot keep another's oldest item waiting.
+    """
     now = parts.clock.now() if now is None else now
+    cfg = parts.config
     tally = _Tally()
-    budget = parts.config.sweep_limit
-    truncated = False
+    budget = cfg.sweep_limit
+    start = first_shard_at(now, cfg) if first_shard is None else first_shard % cfg.shards
+    active = [(start + i) % cfg.shards for i in range(cfg.shards)]
+    cursors: dict[int, str | None] = {}
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
     outgoing: list[StepMessage] = []
-    for shard in range(parts.config.shards):
-        cursor: str | None = None
-        while True:
-            if budget <= 0:
-                truncated = True
-                break
-            ids, cursor = parts.store.due(shard, now, min(parts.config.sweep_page, budget), cursor)
+    backlog = Backlog(parts)
+    while active and budget > 0:
+        for shard, take in plan_round(active, budget, cfg.sweep_page):
+            ids, cursors[shard] = parts.store.due(shard, now, take, cursors.get(shard))
             budget -= len(ids)
             tally.due += len(ids)
+            if cursors[shard] is None:
+                active.remove(shard)  # drained: its turns go to the others
             for execution_id in ids:
-                message = _sweep_guarded(parts, execution_id, now, tally)
+                message = _sweep_guarded(parts, execution_id, now, tally, backlog)
                 if message is not None:
                     outgoing.append(message)
                 if len(outgoing) >= SQS_BATCH:
                     tally.errors += send_redrives(parts, outgoing)
+                    backlog.own += len(outgoing)
                     outgoing = []
-            if cursor is None:
-                break
     if outgoing:
         tally.errors += send_redrives(parts, outgoing)
-    report = SweepReport(truncated=truncated, **asdict(tally))
-    engine_log().info("sweep.finished", **asdict(report))
+    report = SweepReport(truncated=bool(active), **asdict(tally))
+    engine_log().info("sweep.finished", first_shard=start, **asdict(report))
     return report
 
 
-def _sweep_guarded(parts: Parts, execution_id: str, now: float, tally: _Tally) -> StepMessage | None:
+def first_shard_at(now: float, cfg: EngineConfig) -> int:
+    """The shard a sweep starts at, from the number of the schedule's tick.
+
+    Ticks ``sweep_period_seconds`` apart fall in consecutive periods; each starts where
+    the previous tick's first round ended (``sweep_limit`` shards further on), so even a
+    budget smaller than the shards reaches them all in turn. Nothing is stored between calls.
+    """
+    return (int(now // cfg.sweep_period_seconds) * cfg.sweep_limit) % cfg.shards
+
+
+def plan_round(active: list[int], budget: int, page: int) -> list[tuple[int, int]]:
+    """One round robin turn: (shard, page size) for each shard with due work left.
+
+    The budget is split evenly (at most ``page`` each); when it is smaller than the
+    number of shards, the first ones in turn order get one each. A shard that turns
+    out to have less than its share leaves the rest to the next round.
+    """
+    share = max(1, min(page, budget // len(active)))
+    plan: list[tuple[int, int]] = []
+    for shard in active:
+        take = min(share, budget)
+        if take <= 0:
+            break
+        plan.append((shard, take))
+        budget -= take
+    return plan
+
+
+def _sweep_guarded(parts: Parts, execution_id: str, now: float, tally: _Tally, backlog: Backlog) -> StepMessage | None:
     try:
-        action, message = sweep_one(parts, execution_id, now)
+        action, message = sweep_one(parts, execution_id, now, backlog)
     except LoomError as exc:
         # One execution's trouble (throttling, say) must not stall the others:
         # it is still due, and the next sweep tries it again.
@@ -107,7 +151,46 @@ def send_redrives(parts: Parts, messages: list[StepMessage]) -> int:
     return 0
 
 
-def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction, StepMessage | None]:
+class Backlog:
+    """The step queue's backlog, asked at most once per sweep and only when a verdict needs it."""
+
+    def __init__(self, parts: Parts) -> None:
+        self._parts = parts
+        self._waiting: int | None = None
+        # Messages this sweep has sent already (woken sleeps, redrives): not a backlog.
+        self.own = 0
+
+    def __call__(self) -> int:
+        if self._waiting is None:
+            try:
+                self._waiting = max(0, self._parts.queue.backlog() - self.own)
+            except LoomError as exc:
+                # Unknown: re-drive as before; the runner's guard keeps the two runs apart.
+                engine_log().warning("sweep.backlog_unknown", error=error_info(exc))
+                self._waiting = 0
+        return self._waiting
+
+
+def judge_lapsed(ex: Execution, waiting: int) -> SweepAction:
+    """A RUNNING execution's lease lapsed: re-drive it, or wait for the queue's backlog.
+
+    A marked attempt (``started_attempt == attempt``) was started by a guarded runner
+    whose mark renewed the lease: that lease lapsing means the runner is gone. An
+    unmarked one is waiting for its message; while ``waiting`` messages sit in the
+    queue that message may be one of them, and a redrive would only add a copy (and,
+    at scale, double the backlog). Once the backlog is gone, a lapsed lease is a lost
+    message and is re-driven. (A redrive is guarded anyway, and a message received
+    after its lease ran low runs guarded too, so a wrong guess costs a message, not an
+    overlapping run.)
+    """
+    if ex.started_attempt == ex.attempt or waiting == 0:
+        return SweepAction.REDRIVE
+    return SweepAction.POSTPONED
+
+
+def sweep_one(
+    parts: Parts, execution_id: str, now: float, backlog: Callable[[], int] | None = None
+) -> tuple[SweepAction, StepMessage | None]:
     ex = parts.store.get_execution(execution_id)
     if ex is None or ex.next_wake_at is None or ex.next_wake_at > now:
         return SweepAction.SKIPPED, None
@@ -127,7 +210,10 @@ def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction,
             if done.effects.delayed is not None:
                 send(parts, *done.effects.delayed)
             return SweepAction.WOKE, done.effects.run_next
-        new = tr.reclaimed_state(ex, now, parts.config)
+        marked = ex.started_attempt == ex.attempt
+        action = judge_lapsed(ex, 0 if marked else (backlog or Backlog(parts))())
+        postpone = action is SweepAction.POSTPONED
+        new = (tr.postponed_state if postpone else tr.reclaimed_state)(ex, now, parts.config)
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("sweep.lost_race")
@@ -136,6 +222,9 @@ def sweep_one(parts: Parts, execution_id: str, now: float) -> tuple[SweepAction,
         steps.fail_execution(parts, ex, exc, st_name=None)
         return SweepAction.SKIPPED, None
     wake_at = ex.next_wake_at
+    if action is SweepAction.POSTPONED:
+        execution_log(ex).info("sweep.postponed_for_backlog", wake_at=wake_at, next_wake_at=new.next_wake_at)
+        return action, None
     execution_log(ex).info("sweep.redrive", wake_at=wake_at, late_by=round(now - wake_at, 3))
     return SweepAction.REDRIVE, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
 

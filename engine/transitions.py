@@ -30,7 +30,12 @@ class Effects:
 def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | None = None) -> float:
     """next_wake_at for a RUNNING execution.
 
-    Keeping an unexpired lease means no write to the due index on most steps.
+    Keeping an unexpired lease means no write to the due index on most steps. A lease
+    is kept only while more than one and a half leases (plus ``early_tolerance``) are
+    left, so the step that runs next still finds a whole lease ahead
+    (``verdicts.run_is_covered``) even after its message waited up to half a lease in the
+    queue: renewing here moves only the due index, where a start mark later would cost a
+    write to the table as well.
     """
     start = now if base is None else max(now, base)
     if (
@@ -38,7 +43,7 @@ def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | Non
         and base is None
         and ex.status is Status.RUNNING
         and ex.next_wake_at is not None
-        and ex.next_wake_at - now >= cfg.lease_seconds
+        and ex.next_wake_at - now >= 1.5 * cfg.lease_seconds + cfg.early_tolerance
     ):
         return ex.next_wake_at
     return start + 2 * cfg.lease_seconds
@@ -150,7 +155,17 @@ def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
 
 
 def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
-    """The sweeper takes over a RUNNING execution whose wake time has passed."""
+    """The sweeper takes over a RUNNING execution whose wake time has passed, to re-drive it.
+
+    The new lease is exactly one lease: any message for this attempt received after the
+    claim (the redrive, or a late original) finds less than a whole lease left, so it
+    runs guarded (``verdicts.run_is_covered``) and the two cannot both run unmarked.
+    """
+    return ex.evolve(now, next_wake_at=now + cfg.lease_seconds)
+
+
+def postponed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """The sweeper renews a lapsed lease because the queue's backlog may hold its message."""
     return ex.evolve(now, next_wake_at=lease(None, now, cfg))
 
 

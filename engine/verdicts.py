@@ -93,9 +93,25 @@ def has_time(remaining: float | None, timeout: float, reserve: float) -> bool:
     return remaining is None or remaining >= timeout + reserve
 
 
-def needs_guard(msg: StepMessage, *, redelivered: bool, at_most_once: bool) -> bool:
-    """A run is guarded when something may have gone wrong before it, or the step asks."""
-    return redelivered or msg.needs_guard or at_most_once
+def needs_guard(msg: StepMessage, *, redelivered: bool, at_most_once: bool, covered: bool = True) -> bool:
+    """A run is guarded when something may have gone wrong before it, or the step asks,
+    or the run is not ``covered`` (see ``run_is_covered``)."""
+    return redelivered or msg.needs_guard or at_most_once or not covered
+
+
+def run_is_covered(ex: Execution, now: float, cfg: EngineConfig) -> bool:
+    """Whether an unguarded run is safe: the lease still covers a whole run, and no
+    runner has marked this attempt started.
+
+    A message that waited in the queue (a backlog) until its lease nearly lapsed may
+    have been re-driven by the sweeper already; a run that started unguarded then could
+    overlap the redrive's. So such a run is guarded: its start mark renews the lease and
+    serialises it with any other runner of the attempt. That write is paid only by late
+    messages; a chained link or a promptly received message finds at least a lease left.
+    """
+    if ex.started_attempt == ex.attempt:
+        return False
+    return ex.next_wake_at is not None and ex.next_wake_at - now > cfg.lease_seconds
 
 
 def check_guard(ex: Execution, record: StepRecord | None, now: float, cfg: EngineConfig) -> GuardCheck:

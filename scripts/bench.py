@@ -44,6 +44,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-pollers", type=int, default=2, help="SQS pollers Lambda keeps on an idle queue")
     p.add_argument("--batching-window", type=float, default=None, help="override the trigger's batching window")
     p.add_argument("--timeout", type=float, default=600.0, help="give up on a mode after this many seconds")
+    p.add_argument("--lease", type=float, default=None, help="LOOM_LEASE_SECONDS instead of the template's")
     p.add_argument("--quick", action="store_true", help="CI-sized: 20 executions, sweeper at 10/100/1000")
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument("--waits-only", action="store_true", help="only the waits' costs (loom/bench/waits.py)")
@@ -71,7 +72,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="loom-bench-"))
     started = time.time()
-    with BenchStack(workers=args.workers, state_dir=state, batching_window=args.batching_window) as stack:
+    overrides = {} if args.lease is None else {"LOOM_LEASE_SECONDS": f"{args.lease:g}"}
+    with BenchStack(
+        workers=args.workers, state_dir=state, batching_window=args.batching_window, overrides=overrides
+    ) as stack:
         runs = [
             scenarios.run_engine(
                 stack,
@@ -85,8 +89,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         floor = scenarios.run_floor(stack, n=args.executions, steps=args.steps, workers=args.workers)
         crash_step = max(0, min(args.steps - 2, args.steps // 2))
+        # The template's settings: the sweeper's rate(1 minute) and the queue's visibility timeout.
+        visibility = float(stack.env.get("LOOM_VISIBILITY_TIMEOUT", "360"))
         recovery = [
-            scenarios.recovery(stack, chain=(mode == "chain"), steps=args.steps, crash_step=crash_step, tick=60.0)
+            scenarios.recovery(
+                stack,
+                chain=(mode == "chain"),
+                steps=args.steps,
+                crash_step=crash_step,
+                tick=60.0,
+                point=point,
+                visibility=visibility,
+            )
+            for point in scenarios.CRASH_POINTS
             for mode in args.mode_list
         ]
         sweeper = scenarios.sweeper_cost(stack, sizes=args.sizes)
@@ -153,9 +168,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for rec in recovery:
         checks.append(
             {
-                "check": f"{rec['mode']}: recovered after the crash",
+                "check": f"{rec['mode']}, {rec['crash_point']}: recovered within 90 s of engine time",
                 "value": rec["engine_seconds"],
-                "met": rec["recovered"],
+                "met": rec["recovered"] and rec["engine_seconds"] <= 90,
             }
         )
     return {
@@ -175,6 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "sweeper_tick_during_runs": args.tick,
             "idle_pollers": args.idle_pollers,
             "sweep_sizes": args.sizes,
+            "lease_seconds": args.lease,
         },
         "runs": runs,
         "floor": floor,

@@ -47,6 +47,13 @@ class SqsQueue:
         with mapped(f"queue {self.dlq_url}"):
             self._sqs.send_message(QueueUrl=self.dlq_url, MessageBody=text)
 
+    def backlog(self) -> int:
+        with mapped(f"queue {self.queue_url}"):
+            answer = self._sqs.get_queue_attributes(
+                QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+            )
+        return int(answer.get("Attributes", {}).get("ApproximateNumberOfMessages", "0"))
+
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         with mapped(f"queue {self.queue_url}"):
             self._visibility.change_message_visibility(

@@ -103,8 +103,16 @@ class InProcessFunction:
 class BenchStack:
     """Start with :meth:`start`, stop with :meth:`stop` (or use it as a context manager)."""
 
-    def __init__(self, *, workers: int = 2, state_dir: Path, batching_window: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int = 2,
+        state_dir: Path,
+        batching_window: float | None = None,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
         self.workers = workers
+        self.overrides = dict(overrides or {})  # function environment variables to set instead
         self.state_dir = state_dir
         self.batching_window = batching_window
         self.template = Template()
@@ -148,6 +156,7 @@ class BenchStack:
                 "LOOM_LOG_LEVEL": "WARNING",  # thousands of steps: INFO lines would be the benchmark
             }
         )
+        env.update(self.overrides)
         self.env = env
         for name, value in env.items():
             self._saved_env.setdefault(name, os.environ.get(name))

@@ -118,13 +118,14 @@ def render(result: dict[str, Any]) -> str:
             ],
         )
     )
-    parts.append("\n== recovery after a crash between checkpoint and enqueue ==")
+    parts.append("\n== recovery after a worker is killed (engine seconds from the kill to the step's commit) ==")
     parts.append(
         table(
-            ["mode", "after step", "lease s", "tick s", "ticks", "engine s", "wall s", "status"],
+            ["mode", "killed", "after step", "lease s", "tick s", "ticks", "engine s", "wall s", "status", "attempts"],
             [
                 [
                     r["mode"],
+                    r.get("crash_point", "after_checkpoint"),
                     r["crash_after_step"],
                     r["lease_seconds"],
                     r["sweeper_tick_seconds"],
@@ -132,6 +133,7 @@ def render(result: dict[str, Any]) -> str:
                     r["engine_seconds"],
                     r["wall_seconds"],
                     r["final_status"],
+                    r.get("attempts_recorded", ""),
                 ]
                 for r in result["recovery"]
             ],

@@ -349,35 +349,65 @@ class Crash(BaseException):
     """The worker dies: not an Exception, so nothing in the engine catches it."""
 
 
-@dataclasses.dataclass
-class CrashAfterCheckpoint:
-    """Faults port: die right after step ``step`` is checkpointed, before anything is enqueued."""
+#: Where the recovery scenario kills the worker, and what each point means.
+CRASH_POINTS = {
+    # step N is checkpointed; the message (or chained link) for N+1 never happens
+    "after_checkpoint": "killed between checkpoint and enqueue",
+    # step N+1 has started (its guard, if any, has run); nothing of it is committed
+    "mid_step": "killed mid-step",
+}
 
+
+@dataclasses.dataclass
+class CrashAt:
+    """Faults port: kill the worker once, ``where`` (a key of ``CRASH_POINTS``) around step ``step``."""
+
+    where: str
     step: int
     fired: bool = False
 
+    def __post_init__(self) -> None:
+        if self.where not in CRASH_POINTS:
+            raise ValueError(f"crash point must be one of {sorted(CRASH_POINTS)}, not {self.where!r}")
+
     def point(self, name: str, **info: Any) -> None:
-        if name == "after_checkpoint" and info.get("step") == self.step and not self.fired:
+        if self.where == "after_checkpoint":
+            hit = name == "after_checkpoint" and info.get("step") == self.step
+        else:
+            hit = name == "before_step" and info.get("step") == self.step + 1
+        if hit and not self.fired:
             self.fired = True
-            raise Crash(f"after checkpoint of step {self.step}")
+            raise Crash(f"{self.where} at step {self.step}")
 
 
-def recovery(stack: BenchStack, *, chain: bool, steps: int, crash_step: int, tick: float) -> dict[str, Any]:
-    """Crash between checkpoint and enqueue; the sweeper's schedule (``tick`` seconds of
-    engine time apart, by time travel) finds the lapsed lease and re-drives it."""
+def recovery(
+    stack: BenchStack,
+    *,
+    chain: bool,
+    steps: int,
+    crash_step: int,
+    tick: float,
+    point: str = "after_checkpoint",
+    visibility: float = 360.0,
+) -> dict[str, Any]:
+    """Kill the worker at ``point`` (see ``CRASH_POINTS``); the sweeper's schedule (``tick``
+    seconds of engine time apart, by time travel) and the queue's visibility timeout
+    (``visibility`` seconds of engine time: the dead worker's message comes back then)
+    bring it back. Recovered = step ``crash_step + 1`` committed; the time is from the kill."""
     meter = stack.meter
     assert meter is not None and stack.worker is not None
     sqs = meter.uncounted("sqs")
     queue_url, arn = stack.refs["StepQueue"], stack.refs["StepQueue.Arn"]
     wf = workflow_for(steps)
-    eid = f"recover-{'chain' if chain else 'one'}-{uuid.uuid4().hex[:10]}"
+    eid = f"recover-{point}-{'chain' if chain else 'one'}-{uuid.uuid4().hex[:10]}"
     stack.reset_time()
     with meter.measuring("recovery"), stack.mode(chain) as eng:
-        faults = CrashAfterCheckpoint(crash_step)
-        crashing = dataclasses.replace(eng, faults=faults)
+        crash = CrashAt(point, crash_step)
+        crashing = dataclasses.replace(eng, faults=crash)
         eng.start(wf, {}, execution_id=eid)
         crashed_at = wall_crash = 0.0
-        while not faults.fired:
+        held: list[dict[str, Any]] = []  # the dead worker's messages, invisible until the timeout
+        while not crash.fired:
             messages = _receive(sqs, queue_url)
             if not messages:
                 raise RuntimeError("the execution stopped before the crash point")
@@ -385,18 +415,20 @@ def recovery(stack: BenchStack, *, chain: bool, steps: int, crash_step: int, tic
                 process_batch(crashing, sqs_event(messages, arn, REGION), remaining=lambda: 60.0)
             except Crash:
                 crashed_at, wall_crash = eng.clock.now(), time.time()
-                # Its redelivery comes after the visibility timeout and is stale; let it come now.
-                for m in messages:
-                    sqs.change_message_visibility(
-                        QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
-                    )
+                held = messages
                 break
             for m in messages:
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
         ticks = 0
-        limit = int((2 * eng.config.lease_seconds + 3 * tick) / tick) + 2
+        limit = int((max(2 * eng.config.lease_seconds, visibility) + 3 * tick) / tick) + 2
         recovered_at = None
         while ticks < limit:
+            if held and eng.clock.now() >= crashed_at + visibility:
+                for m in held:  # the visibility timeout ran out: SQS delivers it again
+                    sqs.change_message_visibility(
+                        QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+                    )
+                held = []
             _drain(stack, sqs, queue_url, arn)
             recovered_at = _committed_at(eng, eid, crash_step + 1)
             if recovered_at is not None:
@@ -406,19 +438,34 @@ def recovery(stack: BenchStack, *, chain: bool, steps: int, crash_step: int, tic
             ticks += 1
         wall = time.time() - wall_crash
         lease = eng.config.lease_seconds
+        # Let the execution finish (a held message may still be due) so its status is final.
+        for m in held:
+            sqs.change_message_visibility(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0)
+        _drain(stack, sqs, queue_url, arn)
         status = eng.get(eid).status.value
+        runs = _runs_of(eng, eid, crash_step + 1)
     stack.reset_time()
     return {
         "mode": "chain" if chain else "one_step",
+        "crash_point": point,
         "crash_after_step": crash_step,
         "lease_seconds": lease,
+        "visibility_timeout": visibility,
         "sweeper_tick_seconds": tick,
         "sweeper_ticks": ticks,
         "recovered": recovered_at is not None,
         "engine_seconds": None if recovered_at is None else recovered_at - crashed_at,
         "wall_seconds": wall,
         "final_status": status,
+        "attempts_recorded": runs,
     }
+
+
+def _runs_of(eng: Any, eid: str, index: int) -> int:
+    for record in eng.store.history(eid):
+        if record.index == index:
+            return len(record.attempts)
+    return 0
 
 
 def _receive(sqs: Any, queue_url: str) -> list[dict[str, Any]]:

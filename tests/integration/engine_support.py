@@ -155,6 +155,9 @@ class SpyQueue:
         self.fail_sends = 0
         self.on_change_visibility: Callable[[str, int], None] | None = None
         self.visible_at: dict[str, float] = {}
+        # What backlog() answers instead of SQS's figure (which is approximate, and may lag).
+        self.backlog_says: int | None = None
+        self.backlog_asked = 0
 
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
         if self.fail_sends:
@@ -176,6 +179,10 @@ class SpyQueue:
     def send_dead_letter(self, body: dict[str, Any]) -> None:
         self.inner.send_dead_letter(body)
         self.dead_letters.append(body)
+
+    def backlog(self) -> int:
+        self.backlog_asked += 1
+        return self.inner.backlog() if self.backlog_says is None else self.backlog_says
 
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         self.inner.change_visibility(receipt_handle, timeout_seconds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Execution, Registry, Status, shard_of, sleep
+from engine import EngineConfig, Execution, Registry, Status, shard_of, sleep
 from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration
@@ -89,6 +89,7 @@ def test_a_transient_error_on_one_execution_does_not_stall_the_sweep(rig):
     assert report.redriven == 2 and report.errors == 1
     assert sorted(s.message.execution_id for s in rig.queue.sent) == ["t0", "t2"]
     rig.store.fail_get = None
+    rig.driver.pump()  # the two redrives: a backlog would postpone the third (bug 5)
     assert rig.engine.sweep().redriven == 1, "the one that failed is still due"
     rig.driver.pump()
     assert [rig.status(f"t{i}") for i in range(3)] == ["COMPLETED"] * 3
@@ -141,3 +142,68 @@ def test_redrives_from_every_shard_share_send_batches(aws, make_engine, clock, r
     report = rig.engine.sweep()
     assert report.redriven == 12
     assert calls == [10, 2]
+
+
+def ids_in_shard(shard: int, shards: int, count: int, prefix: str) -> list[str]:
+    found: list[str] = []
+    for i in range(100_000):
+        if len(found) == count:
+            return found
+        if shard_of(f"{prefix}{i}", shards) == shard:
+            found.append(f"{prefix}{i}")
+    raise AssertionError("not enough ids")
+
+
+def seed_due(rig, ids: list[str], wake_at: float) -> None:
+    """Sleepers due at ``wake_at``, a millisecond apart in the order given (oldest first)."""
+    now = rig.clock.now()
+    for i, execution_id in enumerate(ids):
+        rig.store.inner.create_execution(
+            Execution(execution_id, "nap", Status.SLEEPING, 0, 1, {}, {}, now, now, next_wake_at=wake_at + i / 1000)
+        )
+
+
+def test_a_busy_shard_does_not_starve_the_others(aws, make_engine, clock, reg):
+    """Bug 4: 30 new due sleepers a tick in shard 0 against a budget of 20 per sweep; a
+    sleeper in shard 3 due at the first tick is woken within two ticks (it never was)."""
+    cfg = EngineConfig(shards=4, sweep_limit=20, sweep_page=10)
+    rig = build_rig(aws, make_engine, clock, reg, config=cfg)
+    period = cfg.sweep_period_seconds
+    clock.set(period * 1_000_000)  # a tick boundary: tick k is at period * (1_000_000 + k)
+    busy = iter(ids_in_shard(0, cfg.shards, 30 * 6, "busy-"))
+    (quiet,) = ids_in_shard(3, cfg.shards, 1, "quiet-")
+    seed_due(rig, [quiet], wake_at=clock.now() + 1)
+    waiting: list[str] = []  # the busy shard's due sleepers, oldest first
+    woken_at_tick = None
+    for tick in range(1, 6):
+        batch = [next(busy) for _ in range(30)]
+        seed_due(rig, batch, wake_at=clock.now() + 1)  # due at the next tick
+        waiting += batch
+        clock.advance(period)
+        report = rig.engine.sweep()
+        assert report.due == 20 and report.truncated, report
+        # Oldest first in every shard: the busy shard's oldest due item is served too.
+        assert rig.status(waiting[0]) == "RUNNING"
+        waiting = [i for i in waiting if rig.store.last.get(i) is None]
+        if woken_at_tick is None and rig.status(quiet) != "SLEEPING":
+            woken_at_tick = tick
+    assert woken_at_tick is not None and woken_at_tick <= 2, f"the shard-3 sleeper woke at tick {woken_at_tick}"
+
+
+def test_consecutive_sweeps_start_at_consecutive_shards(aws, make_engine, clock, reg):
+    """With a budget smaller than the shards, the rotating start still reaches every shard
+    within two ticks: each tick serves two shards, starting one further on."""
+    cfg = EngineConfig(shards=4, sweep_limit=2, sweep_page=10)
+    rig = build_rig(aws, make_engine, clock, reg, config=cfg)
+    clock.set(cfg.sweep_period_seconds * 1_000_000)
+    due = {shard: ids_in_shard(shard, cfg.shards, 3, f"rot{shard}-") for shard in range(cfg.shards)}
+    for ids in due.values():
+        seed_due(rig, ids, wake_at=clock.now() - 1)
+    served: list[set[int]] = []
+    for _ in range(2):
+        before = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
+        rig.engine.sweep()
+        after = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
+        served.append({s for s in due if after[s] < before[s]})
+        clock.advance(cfg.sweep_period_seconds)
+    assert served[0] | served[1] == set(range(cfg.shards)), served

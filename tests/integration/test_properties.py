@@ -44,7 +44,7 @@ from engine import (
 )
 from engine.adapters.dynamodb import DynamoStore
 from engine.errors import AlreadyTerminal, LoomError
-from engine.messages import StepMessage
+from engine.messages import MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
 from engine.state import AttemptOutcome
 from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, child, wait_for_callback, wait_for_signal
@@ -167,6 +167,9 @@ class ModelQueue:
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         return None
 
+    def backlog(self) -> int:
+        return len(self.visible())
+
     def visible(self) -> list[Envelope]:
         return [m for m in self.messages if m.visible_at <= self.clock.now()]
 
@@ -199,6 +202,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.first_terminal: dict[str, Status] = {}
         self.versions_seen: dict[str, int] = {}
         self.deaths = 0
+        self.redrives_in_backlog = 0
 
     # ----------------------------------------------------------------- rules
 
@@ -281,6 +285,35 @@ class EngineMachine(RuleBasedStateMachine):
             self.engine.sweep()
         except Crash:
             self.deaths += 1
+
+    @rule(leases=st.integers(2, 4))
+    def backlog(self, leases: int) -> None:
+        """The workers fall behind: nothing is received while the clock passes several
+        leases and the sweeper ticks. A message still waiting is not taken for a lost one."""
+        for _ in range(leases):
+            waiting = self._waiting_for_their_message()
+            before = len(self.queue.messages)
+            self.clock.advance(CONFIG.lease_seconds)
+            self.sweep()
+            redriven = [StepMessage.decode(m.body) for m in self.queue.messages[before:]]
+            wrong = [m.execution_id for m in redriven if m.kind is MessageKind.REDRIVE and m.execution_id in waiting]
+            assert not wrong, f"re-drove {wrong} while their messages waited in the queue"
+            self.redrives_in_backlog += sum(m.kind is MessageKind.REDRIVE for m in redriven)
+
+    def _waiting_for_their_message(self) -> set[str]:
+        """Executions whose current, unmarked attempt has a message waiting in the queue."""
+        waiting = set()
+        for m in self.queue.visible():
+            msg = StepMessage.decode(m.body)
+            ex = self.store.inner.get_execution(msg.execution_id)
+            if (
+                ex is not None
+                and ex.status is Status.RUNNING
+                and (ex.current_step, ex.attempt) == (msg.step, msg.attempt)
+                and ex.started_attempt != ex.attempt
+            ):
+                waiting.add(ex.id)
+        return waiting
 
     @rule(seconds=st.sampled_from([1, 5, 30, 121, 400, 1000, 3600]))
     def clock_jump(self, seconds: float) -> None:
@@ -448,6 +481,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _check_final(self) -> None:
         event(f"worker deaths: {min(self.deaths, 3)}{'+' if self.deaths >= 3 else ''}")
+        event(f"redrives during backlogs: {min(self.redrives_in_backlog, 3)}")
         self.states_are_consistent()
         self.at_most_once_steps_never_ran_twice_within_an_attempt()
         for execution_id in self.ids:

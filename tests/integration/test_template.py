@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from engine.adapters import dynamodb as ddb
+from engine.config import EngineConfig
 from functions import settings
 from loom.template import ROOT, Template
 
@@ -66,7 +67,10 @@ def test_environment_variables_match_what_functions_read(tpl: Template) -> None:
         assert not unknown, f"{spec.logical_id} sets {unknown}, which functions/settings.py never reads"
         assert "LOOM_CLOCK_OFFSET_FILE" not in names  # local time travel only
     worker = tpl.functions()["WorkerFunction"]
-    assert float(worker.environment["LOOM_LEASE_SECONDS"]) > worker.timeout
+    # A run starts with more than a whole lease ahead (engine/verdicts.run_is_covered) and
+    # ends within the worker's timeout, so the lease must be at least that timeout.
+    assert float(worker.environment["LOOM_LEASE_SECONDS"]) >= worker.timeout
+    assert float(worker.environment["LOOM_LEASE_SECONDS"]) == EngineConfig.lease_seconds
     assert int(worker.environment["LOOM_VISIBILITY_TIMEOUT"]) == visibility(tpl)
 
 
@@ -203,7 +207,9 @@ def test_policies_are_least_privilege_and_enough(tpl: Template) -> None:
 
     sweeper = grants(tpl, "SweeperFunction")
     assert sweeper["Table/GSI1"] == {"dynamodb:Query"} and "Table/GSI2" not in sweeper
-    assert sweeper["StepQueue"] == sweeper["DeadLetterQueue"] == {"sqs:SendMessage"}
+    # GetQueueAttributes: the backlog that tells a waiting message from a lost one (bug 5).
+    assert sweeper["StepQueue"] == {"sqs:SendMessage", "sqs:GetQueueAttributes"}
+    assert sweeper["DeadLetterQueue"] == {"sqs:SendMessage"}
 
     api = grants(tpl, "ControlPlaneFunction")
     assert api["Table/GSI2"] == {"dynamodb:Query"} and "Table/GSI1" not in api
@@ -439,3 +445,10 @@ def test_the_local_stack_refuses_chaos_in_prod_before_creating_anything(aws: dic
         create_resources(aws["session"], parameters={"Stage": "prod", "ChaosCrashAfterCheckpoint": "on"})
     assert "loom-prod" not in aws["dynamodb"].list_tables()["TableNames"]
     assert not any("loom-prod" in u for u in aws["sqs"].list_queues().get("QueueUrls", []))
+
+
+def test_the_sweep_period_is_the_sweepers_schedule(tpl: Template) -> None:
+    """The sweeper turns the clock into a tick number (its rotating start) with this period."""
+    sweeper = tpl.functions()["SweeperFunction"]
+    schedules = [e["Properties"]["Schedule"] for e in sweeper.events.values() if e.get("Type") == "Schedule"]
+    assert schedules == ["rate(1 minute)"] and EngineConfig.sweep_period_seconds == 60

@@ -6,6 +6,7 @@ import pytest
 
 from engine import EngineConfig, Execution, Status, StepMessage, sleep
 from engine import transitions as tr
+from engine.verdicts import run_is_covered
 from engine.workflow import build_spec
 
 pytestmark = pytest.mark.unit
@@ -32,7 +33,7 @@ def execution(**changes) -> Execution:
         context={"i": 1},
         created_at=NOW - 50,
         updated_at=NOW - 10,
-        next_wake_at=NOW + 150,
+        next_wake_at=NOW + 160,
     )
     base.update(changes)
     return Execution(**base)
@@ -62,10 +63,15 @@ def test_after_step_moves_to_the_next_step_and_merges_the_result():
 
 
 def test_after_step_keeps_an_unexpired_lease_and_refreshes_a_short_one():
-    keep, _ = tr.after_step(execution(next_wake_at=NOW + 150), SPEC, None, NOW, CFG)
-    assert keep.next_wake_at == NOW + 150, "more than one lease left: no write to the due index"
+    keep, _ = tr.after_step(execution(next_wake_at=NOW + 160), SPEC, None, NOW, CFG)
+    assert keep.next_wake_at == NOW + 160, "more than 1.5 leases left: no write to the due index"
     refresh, _ = tr.after_step(execution(next_wake_at=NOW + 99), SPEC, None, NOW, CFG)
     assert refresh.next_wake_at == NOW + 200
+    # Between one and one and a half leases left: renewed, so that the next step's message
+    # may wait half a lease in the queue and still find a whole lease (no start mark).
+    renewed, _ = tr.after_step(execution(next_wake_at=NOW + 140), SPEC, None, NOW, CFG)
+    assert renewed.next_wake_at == NOW + 200
+    assert run_is_covered(keep, NOW + 49, CFG) and run_is_covered(renewed, NOW + 99, CFG)
 
 
 def test_lease_is_always_fresh_for_a_non_running_execution():
@@ -121,13 +127,20 @@ def test_failed_and_cancelled_are_terminal_and_unindexed():
 
 def test_started_state_marks_the_attempt_and_keeps_or_refreshes_the_lease():
     marked = tr.started_state(execution(attempt=2), NOW, CFG)
-    assert marked.started_attempt == 2 and marked.version == 4 and marked.next_wake_at == NOW + 150
+    assert marked.started_attempt == 2 and marked.version == 4 and marked.next_wake_at == NOW + 160
     assert tr.started_state(execution(next_wake_at=NOW + 5), NOW, CFG).next_wake_at == NOW + 200
 
 
-def test_reclaimed_state_takes_a_fresh_lease():
+def test_reclaimed_state_takes_exactly_one_lease_so_every_later_message_runs_guarded():
     new = tr.reclaimed_state(execution(next_wake_at=NOW - 1, started_attempt=1), NOW, CFG)
-    assert new.next_wake_at == NOW + 200 and new.version == 4 and new.started_attempt == 1
+    assert new.next_wake_at == NOW + 100 and new.version == 4 and new.started_attempt == 1
+    assert not run_is_covered(new, NOW, CFG)
+
+
+def test_postponed_state_takes_a_fresh_lease():
+    new = tr.postponed_state(execution(next_wake_at=NOW - 1), NOW, CFG)
+    assert new.next_wake_at == NOW + 200 and new.version == 4
+    assert run_is_covered(new, NOW + 99, CFG) and not run_is_covered(new, NOW + 100, CFG)
 
 
 def test_redriven_state_starts_a_new_round_without_reusing_attempt_numbers():

@@ -7,7 +7,16 @@ import pytest
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus
-from engine.verdicts import GuardVerdict, MessageVerdict, check_guard, check_message, has_time, needs_guard
+from engine.sweeper import SweepAction, judge_lapsed
+from engine.verdicts import (
+    GuardVerdict,
+    MessageVerdict,
+    check_guard,
+    check_message,
+    has_time,
+    needs_guard,
+    run_is_covered,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -113,3 +122,22 @@ def test_a_step_starts_only_with_its_timeout_plus_the_reserve_left(
     remaining: float | None, timeout: float, starts: bool
 ) -> None:
     assert has_time(remaining, timeout, reserve=10.0) is starts
+
+
+def test_a_run_is_covered_only_while_a_whole_lease_is_left_and_nobody_marked_the_attempt() -> None:
+    assert run_is_covered(ex(next_wake_at=NOW + 150), NOW, CFG)
+    # A message that waited in a backlog until less than a lease was left may have been
+    # re-driven already: it runs guarded.
+    assert not run_is_covered(ex(next_wake_at=NOW + 100), NOW, CFG)
+    assert not run_is_covered(ex(next_wake_at=NOW - 5), NOW, CFG)
+    # Another runner marked this attempt started: go through the guard (in flight or lost).
+    assert not run_is_covered(ex(next_wake_at=NOW + 150, started_attempt=1), NOW, CFG)
+    assert needs_guard(StepMessage("e", 0), redelivered=False, at_most_once=False, covered=False)
+
+
+def test_a_lapsed_lease_waits_for_the_backlog_unless_its_attempt_was_marked() -> None:
+    lapsed = ex(next_wake_at=NOW - 1)
+    assert judge_lapsed(lapsed, waiting=0) is SweepAction.REDRIVE
+    assert judge_lapsed(lapsed, waiting=25) is SweepAction.POSTPONED
+    # A guarded runner's mark renewed the lease; that lease lapsing means the runner is gone.
+    assert judge_lapsed(ex(next_wake_at=NOW - 1, started_attempt=1), waiting=25) is SweepAction.REDRIVE

@@ -1,0 +1,115 @@
+"""Bug 5: a queue backlog is not mistaken for lost messages.
+
+The lease counts from the last write. A message that waits in a backlog longer than
+the lease must not be re-driven (that doubles the queue), and if a redrive happens
+anyway (SQS's backlog figure is approximate) the late original and the redrive must
+not run the step at the same time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine import Execution, Registry, Status, shard_of, sleep
+from engine.messages import MessageKind
+from tests.integration.engine_support import add_workflow
+
+pytestmark = pytest.mark.integration
+
+EXECUTIONS = 20
+
+
+class Overlaps:
+    """Step bodies that notice when the same step of the same execution is already running."""
+
+    def __init__(self) -> None:
+        self.running: set[tuple[str, int]] = set()
+        self.overlaps: list[tuple[str, int]] = []
+        self.during: object = None  # called inside the next step body: a second worker
+
+    def __call__(self, ctx) -> None:
+        key = (ctx.execution_id, ctx.step_index)
+        if key in self.running:
+            self.overlaps.append(key)
+            return
+        self.running.add(key)
+        try:
+            hook, self.during = self.during, None
+            if hook is not None:
+                hook()
+        finally:
+            self.running.discard(key)
+
+
+@pytest.fixture
+def probe() -> Overlaps:
+    return Overlaps()
+
+
+@pytest.fixture
+def reg(rec, probe):
+    reg = Registry()
+    add_workflow(reg, "two", [rec.step("a", probe), rec.step("b", probe)])
+    add_workflow(reg, "nap", [sleep(days=1), rec.step("after")])
+    return reg
+
+
+def test_a_backlog_of_ten_leases_is_not_redriven_and_every_step_runs_once(rig, rec, probe):
+    for i in range(EXECUTIONS):
+        rig.engine.start("two", {}, execution_id=f"b{i}")
+    lease = rig.engine.config.lease_seconds
+    redriven = postponed = 0
+    # The workers fall behind: nothing is received while ten leases pass, a tick a minute.
+    for _ in range(int(10 * lease / 60)):
+        rig.clock.advance(60)
+        report = rig.engine.sweep()
+        redriven += report.redriven
+        postponed += report.postponed
+    assert redriven == 0, "a message waiting in the queue was taken for a lost one"
+    assert postponed >= EXECUTIONS and rig.driver.backlog() == EXECUTIONS, "the queue was not doubled"
+    rig.driver.pump(batch_size=10)
+    assert [rig.status(f"b{i}") for i in range(EXECUTIONS)] == ["COMPLETED"] * EXECUTIONS
+    for i in range(EXECUTIONS):
+        assert rec.count(f"b{i}", 0) == 1 and rec.count(f"b{i}", 1) == 1, "a step ran twice"
+    assert probe.overlaps == []
+
+
+@pytest.mark.parametrize("first", [MessageKind.STEP, MessageKind.REDRIVE])
+def test_a_late_original_and_a_redrive_never_run_the_step_together(rig, rec, probe, first):
+    """SQS's backlog figure lags: the sweeper believes the queue empty and re-drives an
+    execution whose first message is still waiting. The two copies then reach two workers
+    at once, in either order: one runs the step, the other leaves it alone."""
+    rig.engine.start("two", {}, execution_id="x")
+    rig.queue.backlog_says = 0
+    rig.clock.advance(3 * rig.engine.config.lease_seconds)
+    assert rig.engine.sweep().redriven == 1
+    received = rig.driver.receive(10)
+    kinds = {json.loads(m["Body"])["kind"]: m for m in received}
+    assert set(kinds) == {"step", "redrive"}
+    second = MessageKind.REDRIVE if first is MessageKind.STEP else MessageKind.STEP
+    probe.during = lambda: rig.driver.deliver([kinds[second.value]])
+    rig.driver.deliver([kinds[first.value]])
+    assert rec.count("x", 0) == 1 and probe.overlaps == []
+    rig.driver.pump()
+    assert rig.status("x") == "COMPLETED" and rec.count("x", 0) == 1 and rec.count("x", 1) == 1
+
+
+def test_the_sweeps_own_messages_are_not_a_backlog(rig):
+    """Ten sleepers woken earlier in the same sweep put ten messages in the queue; a lost
+    message judged after them is still re-driven, not postponed behind the sweep's own."""
+    shards = rig.engine.config.shards
+    lost = next(f"lost{i}" for i in range(1000) if shard_of(f"lost{i}", shards) == 0)
+    rig.queue.fail_sends = 1
+    rig.engine.start("two", {}, execution_id=lost)  # its first message is lost
+    lapse = rig.engine.get(lost).next_wake_at
+    now = rig.clock.now()
+    sleepers = [f"nap{i}" for i in range(1000) if shard_of(f"nap{i}", shards) == 0][:10]
+    for i, execution_id in enumerate(sleepers):  # due before the lost one: read first
+        rig.store.inner.create_execution(
+            Execution(execution_id, "nap", Status.SLEEPING, 0, 1, {}, {}, now, now, next_wake_at=now + i)
+        )
+    rig.clock.set(lapse + 1)
+    report = rig.engine.sweep()
+    assert (report.woken, report.redriven, report.postponed) == (10, 1, 0)
