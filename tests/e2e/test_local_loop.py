@@ -82,7 +82,7 @@ def test_restart_reload_and_kill_keep_the_work(tmp_path):
     wait_for("every process of the killed stack to exit", lambda: not procs.owned(recorded), timeout=30)
     dead = loom(state, "status", ex_id)
     assert dead.returncode == 1
-    assert f"the stack at {api} is not running (it died at " in dead.stderr
+    assert f"the stack at {api.url} is not running (it died at " in dead.stderr
 
     # The next `loom up` clears what is left and finds the execution where it was.
     info, said = _up(state)
