@@ -40,6 +40,8 @@ class EngineConfig:
     # taken as lost even while the queue is busy: under a backlog that never drains, a lost
     # message is re-driven after this long instead of never.
     backlog_patience_leases: float = 15.0
+    # A sweep stops with this much of its invocation left, so that it sends what it claimed.
+    sweep_reserve_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:

@@ -79,5 +79,7 @@ class Engine:
         runner.dead_letter_raw(self, body, reason, message_id)
 
     # sweeper
-    def sweep(self, now: float | None = None, *, first_shard: int | None = None) -> SweepReport:
-        return sweeper.sweep(self, now, first_shard=first_shard)
+    def sweep(
+        self, now: float | None = None, *, first_shard: int | None = None, remaining: Remaining | None = None
+    ) -> SweepReport:
+        return sweeper.sweep(self, now, first_shard=first_shard, remaining=remaining)

@@ -58,7 +58,13 @@ class _Tally:
         self.skipped += action is SweepAction.SKIPPED
 
 
-def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = None) -> SweepReport:
+def sweep(
+    parts: Parts,
+    now: float | None = None,
+    *,
+    first_shard: int | None = None,
+    remaining: Callable[[], float] | None = None,
+) -> SweepReport:
     """Re-drive due executions, at most ``sweep_limit`` per call, shared fairly between shards.
 
     Shards take turns a page at a time (round robin, see ``plan_round``), starting at
@@ -66,8 +72,14 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
     tick starts where the previous one's first round ended, without the engine keeping state.
     Every shard with due work gets a share of each call's budget, and each shard is
     read oldest first, so one busy shard cannot keep another's oldest item waiting.
+
+    ``remaining`` (the invocation's time left, in seconds) stops the sweep while
+    ``sweep_reserve_seconds`` are left, so that what it claimed is sent before the
+    invocation times out: a sweep killed mid-way would leave its claims unsent until their
+    lease lapses, and overlapping sweeps (EventBridge does not wait) would spiral.
     """
     now = parts.clock.now() if now is None else now
+    out_of_time = _deadline(remaining, parts.config.sweep_reserve_seconds)
     cfg = parts.config
     tally = _Tally()
     budget = cfg.sweep_limit
@@ -77,14 +89,18 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
     outgoing: list[StepMessage] = []
     backlog = Backlog(parts)
-    while active and budget > 0:
+    while active and budget > 0 and not out_of_time():
         for shard, take in plan_round(active, budget, cfg.sweep_page):
+            if out_of_time():
+                break
             ids, cursors[shard] = parts.store.due(shard, now, take, cursors.get(shard))
             budget -= len(ids)
             tally.due += len(ids)
             if cursors[shard] is None:
                 active.remove(shard)  # drained: its turns go to the others
             for execution_id in ids:
+                if out_of_time():
+                    break  # the rest stay due: the next sweep takes them
                 message = _sweep_guarded(parts, execution_id, now, tally, backlog)
                 if message is not None:
                     outgoing.append(message)
@@ -94,9 +110,15 @@ def sweep(parts: Parts, now: float | None = None, *, first_shard: int | None = N
                     outgoing = []
     if outgoing:
         tally.errors += send_redrives(parts, outgoing)
-    report = SweepReport(truncated=bool(active), **asdict(tally))
+    report = SweepReport(truncated=bool(active) or out_of_time(), **asdict(tally))
     engine_log().info("sweep.finished", first_shard=start, **asdict(report))
     return report
+
+
+def _deadline(remaining: Callable[[], float] | None, reserve: float) -> Callable[[], bool]:
+    if remaining is None:
+        return lambda: False
+    return lambda: remaining() < reserve
 
 
 def first_shard_at(now: float, cfg: EngineConfig) -> int:

@@ -11,5 +11,11 @@ wiring.ensure_logging()  # at init, as Lambda imports the handler
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    report = wiring.engine().sweep()
+    remaining = None
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+
+        def remaining() -> float:
+            return float(context.get_remaining_time_in_millis()) / 1000.0
+
+    report = wiring.engine().sweep(remaining=remaining)
     return asdict(report)

@@ -207,3 +207,22 @@ def test_consecutive_sweeps_start_at_consecutive_shards(aws, make_engine, clock,
         served.append({s for s in due if after[s] < before[s]})
         clock.advance(cfg.sweep_period_seconds)
     assert served[0] | served[1] == set(range(cfg.shards)), served
+
+
+def test_a_sweep_stops_with_its_reserve_left_and_sends_what_it_claimed(rig):
+    # A sweep that ran into its invocation's timeout would leave its claims unsent, and
+    # overlapping sweeps (EventBridge does not wait) would time out one after the other.
+    for i in range(6):
+        rig.engine.start("nap", {}, execution_id=f"late-{i}")
+    rig.clock.advance(86_400)
+    left = [25.0]
+
+    def remaining() -> float:
+        left[0] -= 3.0  # each execution the sweep looks at costs it three seconds
+        return left[0]
+
+    report = rig.engine.sweep(remaining=remaining)
+    assert report.truncated and 0 < report.woken < 6, report
+    assert report.due - report.woken >= 1, "the rest stay due for the next sweep"
+    rest = rig.engine.sweep()
+    assert rest.woken == 6 - report.woken and not rest.truncated
