@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,15 @@ def _down(state_dir: Path) -> None:
     assert "stopping the stack" in done.stderr  # progress while it waits
 
 
-def test_restart_reload_and_kill_keep_the_work(tmp_path):
-    state, code = tmp_path / "state", tmp_path / "code"
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "state"
+    yield path
+    loom(path, "down")  # whatever failed above, no stack outlives its test
+
+
+def test_restart_reload_and_kill_keep_the_work(tmp_path, state):
+    code = tmp_path / "code"
     code.mkdir()
     (code / "mine.py").write_text("VERSION = 1\n")
     info, said = _up(state, "--reload", "--watch", str(code))
