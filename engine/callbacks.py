@@ -46,8 +46,9 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, Wait, WaitKind, canonical_json
+from engine.steps import context_for
 from engine.verdicts import GuardVerdict, check_guard
-from engine.waits import context_for, finish, finish_committed, park
+from engine.waits import finish, finish_committed, park
 from engine.workflow import CallbackSpec, WorkflowSpec
 
 TOKEN_PREFIX = "lcb1"

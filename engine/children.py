@@ -36,7 +36,8 @@ from engine.outbox import execution_log, send
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Status, Wait, WaitKind
-from engine.waits import committed, context_for, finish, finish_committed, park
+from engine.steps import context_for
+from engine.waits import committed, finish, finish_committed, park
 from engine.workflow import ChildSpec, WorkflowSpec
 
 MAX_EXECUTION_ID = 128

@@ -44,18 +44,23 @@ def step_at(spec: WorkflowSpec, index: int) -> StepSpec | SleepSpec:
     return spec.steps[index]
 
 
-def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
-    log = execution_log(ex).bind(step_name=st.name)
-    ctx = StepContext(
+def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
+    """What a step (or a wait's submit, check or child input) sees: a read-only copy of the context."""
+    return StepContext(
         execution_id=ex.id,
         workflow=ex.workflow,
         step_index=ex.current_step,
         step_name=st.name,
         attempt=ex.attempt,
         data=MappingProxyType(json.loads(canonical_json(ex.context))),
-        log=log,
+        log=execution_log(ex).bind(step_name=st.name),
         services=parts.services,
     )
+
+
+def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    ctx = context_for(parts, ex, st)
+    log = ctx.log
     parts.faults.point(FaultPoint.BEFORE_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
     started = parts.clock.now()
     log.info("step.started")

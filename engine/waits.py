@@ -16,8 +16,6 @@ children: engine/children.py.
 
 from __future__ import annotations
 
-import json
-from types import MappingProxyType
 from typing import Any
 
 from engine import steps
@@ -26,8 +24,8 @@ from engine.errors import CallbackTimeout, ConflictError, HeartbeatTimeout, Sign
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
-from engine.state import AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind, canonical_json
-from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, StepContext, StepSpec, WorkflowSpec
+from engine.state import AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind
+from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, StepSpec, WorkflowSpec
 
 
 def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
@@ -126,19 +124,6 @@ def finish(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, result
             children.notify_parent(parts, new)
         return LinkResult(OutcomeStatus.COMPLETED_STEP, 0, effects)
     raise ConflictError(f"execution {ex.id!r} kept changing while finishing a wait")
-
-
-def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
-    return StepContext(
-        execution_id=ex.id,
-        workflow=ex.workflow,
-        step_index=ex.current_step,
-        step_name=st.name,
-        attempt=ex.attempt,
-        data=MappingProxyType(json.loads(canonical_json(ex.context))),
-        log=execution_log(ex).bind(step_name=st.name),
-        services=parts.services,
-    )
 
 
 def park(parts: Parts, ex: Execution, new: Execution) -> Execution | None:
