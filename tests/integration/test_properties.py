@@ -301,8 +301,12 @@ class EngineMachine(RuleBasedStateMachine):
             self.redrives_in_backlog += sum(m.kind is MessageKind.REDRIVE for m in redriven)
 
     def _waiting_for_their_message(self) -> set[str]:
-        """Executions whose current, unmarked attempt has a message waiting in the queue."""
+        """Executions whose current, unmarked attempt has a message waiting in the queue,
+        and which the sweep after the next lease still owes patience (past
+        ``backlog_patience_leases`` a waiting message is deliberately taken as lost)."""
         waiting = set()
+        sweep_at = self.clock.now() + CONFIG.lease_seconds
+        patience = CONFIG.backlog_patience_leases * CONFIG.lease_seconds
         for m in self.queue.visible():
             msg = StepMessage.decode(m.body)
             ex = self.store.inner.get_execution(msg.execution_id)
@@ -311,6 +315,7 @@ class EngineMachine(RuleBasedStateMachine):
                 and ex.status is Status.RUNNING
                 and (ex.current_step, ex.attempt) == (msg.step, msg.attempt)
                 and ex.started_attempt != ex.attempt
+                and sweep_at - ex.updated_at < patience
             ):
                 waiting.add(ex.id)
         return waiting
