@@ -15,13 +15,19 @@ class Status(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # Saga compensation (engine/compensation.py): undoing the committed steps in reverse order.
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
 
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
 
 
-TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+TERMINAL = frozenset(
+    {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED, Status.COMPENSATION_FAILED}
+)
 
 
 class StepStatus(StrEnum):

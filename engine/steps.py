@@ -30,7 +30,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
-from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
+from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
 from engine.workflow import NOT_YET, SleepSpec, StepContext, StepSpec, WorkflowSpec
 
 CONFLICT_RETRIES = 5
@@ -260,6 +260,9 @@ def fail_execution(
     now = parts.clock.now()
     described = error if isinstance(error, dict) else error_info(error)
     info = {**described, "step": ex.current_step, "step_name": st_name, "attempt": ex.attempt, "reason": reason}
+    undo = _compensate_instead(parts, ex, info, ran)
+    if undo is not None:
+        return undo
     # Dead-letter first: a crash before the state write re-runs this path and at
     # worst parks the execution twice; the other order could lose it.
     parts.queue.send_dead_letter(
@@ -283,3 +286,20 @@ def fail_execution(
 
         children.notify_parent(parts, new)
     return LinkResult(OutcomeStatus.FAILED, ran)
+
+
+def _compensate_instead(parts: Parts, ex: Execution, info: dict[str, Any], ran: int) -> LinkResult | None:
+    """A saga's failure undoes its committed steps (engine/compensation.py) instead of ending
+    FAILED; a compensation that fails for good ends COMPENSATION_FAILED. None: fail as usual."""
+    from engine import compensation
+
+    if ex.status is Status.COMPENSATING:
+        return compensation.give_up(parts, ex, info, ran=ran)
+    try:
+        spec = parts.registry.get(ex.workflow)
+    except LoomError:
+        return None
+    if not spec.has_compensation:
+        return None
+    first = tr.compensable_below(spec, ex.current_step)
+    return compensation.begin(parts, ex, spec, info, first=first, ran=ran)

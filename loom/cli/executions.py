@@ -73,14 +73,14 @@ def register(sub: Any) -> None:
     )
 
     p = add("list", list_, "list executions, newest first")
-    p.add_argument(
-        "--status", type=status_filter, help="RUNNING, SLEEPING, WAITING, COMPLETED, FAILED or CANCELLED (any case)"
-    )
+    p.add_argument("--status", type=status_filter, help="RUNNING, COMPLETED, FAILED, COMPENSATING... (any case)")
     p.add_argument("--workflow", help="only executions of this workflow")
     p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     p.add_argument("--cursor", help="next_cursor of the previous page")
 
-    add("cancel", cancel, "cancel an execution").add_argument("id", type=execution_id, help="the execution's id")
+    p = add("cancel", cancel, "cancel an execution")
+    p.add_argument("id", type=execution_id, help="the execution's id")
+    p.add_argument("--compensate", action="store_true", help="undo the committed steps of a saga (reverse order) first")
     add("workflows", workflows, "list the registered workflows and their steps")
 
     dlq = sub.add_parser("dlq", help="look at and redrive the dead-letter queue", description="the dead-letter queue")
@@ -177,6 +177,7 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
         rows,
         [
             ("index", "#"),
+            ("phase", "phase"),
             ("name", "step"),
             ("status", "status"),
             ("tries", "attempts"),
@@ -219,9 +220,11 @@ def list_(client: ControlPlane, args: argparse.Namespace) -> int:
 
 
 def cancel(client: ControlPlane, args: argparse.Namespace) -> int:
-    body = client.cancel(args.id)
+    body = client.cancel(args.id, compensate=args.compensate)
     if args.json:
         output.as_json(body)
+    elif body.get("status") == "COMPENSATING":
+        print(f"compensating {body['id']}: undoing from step {body['current_step']} down")
     else:
         print(f"cancelled {body['id']} at step {body['current_step']}")
     return 0
