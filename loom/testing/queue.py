@@ -48,6 +48,11 @@ class VirtualQueue:
             if queued.message_id == receipt_handle:
                 queued.visible_at = self.clock.now() + timeout_seconds
 
+    def backlog(self) -> int:
+        """Visible messages not yet received, as SQS's ApproximateNumberOfMessages counts them."""
+        now = self.clock.now()
+        return sum(1 for q in self.messages if q.visible_at <= now)
+
     # what the test runner does as Lambda's event source
     def receive(self) -> Queued | None:
         """The oldest visible message, now in flight for a visibility timeout."""
