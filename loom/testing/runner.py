@@ -12,11 +12,11 @@ from typing import Any
 from engine.batch import process_batch
 from engine.callbacks import Completion
 from engine.clock import FakeClock
+from engine.compensation import SUFFIX, is_compensation
 from engine.config import EngineConfig
 from engine.ports import FaultPoint, Store
 from engine.runtime import Engine, SweepReport
 from engine.signals import Sent
-from engine.compensation import SUFFIX, is_compensation
 from engine.state import Execution, StepRecord, StepStatus
 from engine.workflow import Phase, Registry, WorkflowSpec, default_registry
 from loom.testing.memory import InMemoryStore
