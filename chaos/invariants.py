@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.compensation import SUFFIX, is_compensation
 from engine.state import Execution, Signal, Status, StepRecord, StepStatus, canonical_json
 from engine.transitions import merge_context
 
@@ -100,11 +101,18 @@ def minimum_transitions(ex: Execution, history: Sequence[StepRecord], redrives: 
     retries = sum(1 for r in history for a in r.attempts if a.outcome != "completed" and a.retry_delay is not None)
     failed = 1 if ex.status is Status.FAILED else 0
     cancelled = 1 if ex.status is Status.CANCELLED else 0
-    return 1 + committed + retries + failed + cancelled + redrives
+    # A saga: the write that began compensating, and the one that gave it up.
+    began = 1 if ex.status in UNDOING else 0
+    gave_up = 1 if ex.status is Status.COMPENSATION_FAILED else 0
+    return 1 + committed + retries + failed + cancelled + began + gave_up + redrives
+
+
+UNDOING = frozenset({Status.COMPENSATING, Status.COMPENSATED, Status.COMPENSATION_FAILED})
 
 
 def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) -> list[str]:
     out: list[str] = []
+    history = [r for r in history if not is_compensation(r)]  # check_compensation's part
     if ex.status.value != expect.status:
         out.append(f"ended {ex.status.value}, expected {expect.status}")
     by_index: dict[int, StepRecord] = {}
@@ -152,6 +160,8 @@ def check_ledger(
     """Each committed effectful step landed exactly one effect, under its own idempotency key."""
     out: list[str] = []
     for r in history:
+        if is_compensation(r):
+            continue  # check_compensation looks at those
         key = f"{ex.id}:{r.index}"
         row = entries.get(key)
         result_keys = [v for k, v in (r.result or {}).items() if k.endswith("_key")]
@@ -246,4 +256,48 @@ def check_waits(ex: Execution, history: Sequence[StepRecord], signals: Sequence[
     for sig in signals:
         if sig.consumed_by is not None and named.get(sig.key) != sig.consumed_by:
             out.append(f"signal {sig.key} is consumed by {sig.consumed_by}, but no commit of that wait names it")
+    return out
+
+
+def check_compensation(
+    ex: Execution,
+    history: Sequence[StepRecord],
+    entries: Mapping[str, Mapping[str, Any]],
+    compensable: Iterable[int],
+) -> list[str]:
+    """A saga's undo: only committed steps compensated, each at most once, in reverse order,
+    and (once COMPENSATED) every committed compensable step undone.
+
+    ``compensable``: the indices of the workflow's steps that declare a compensation.
+    """
+    out: list[str] = []
+    forward = {r.index: r for r in history if not is_compensation(r)}
+    undo = sorted((r for r in history if is_compensation(r)), key=lambda r: r.index)
+    for r in undo:
+        step = forward.get(r.index)
+        if step is None or step.status is not StepStatus.COMPLETED:
+            out.append(f"step {r.index} ({r.name}) has a compensation record but never committed")
+        if r.name.removesuffix(SUFFIX) != (step.name if step else None):
+            out.append(f"compensation record {r.name} does not name step {r.index}")
+        done = [a for a in r.attempts if a.outcome == "completed"]
+        if len(done) > 1 or (r.status is StepStatus.COMPLETED) != (len(done) == 1):
+            out.append(f"{r.name}: {len(done)} committed compensations, status {r.status.value}")
+        row = entries.get(f"{ex.id}:{r.index}:compensate")
+        if r.status is StepStatus.COMPLETED and row is not None and row.get("effect") is None:
+            out.append(f"{r.name} committed but its undo effect never landed")
+    finished = [(r.index, r.finished_at or 0.0) for r in undo if r.status is StepStatus.COMPLETED]
+    by_time = [i for i, _ in sorted(finished, key=lambda p: p[1])]
+    if by_time != sorted(by_time, reverse=True):
+        out.append(f"compensations ran out of reverse order: steps {by_time}")
+    if ex.status is Status.COMPENSATED:
+        owed = {i for i in compensable if forward.get(i) is not None and forward[i].status is StepStatus.COMPLETED}
+        missing = owed - {r.index for r in undo if r.status is StepStatus.COMPLETED}
+        if missing:
+            out.append(f"COMPENSATED but committed steps {sorted(missing)} were never undone")
+    for key, row in entries.items():
+        parts = key.rsplit(":", 2)
+        if len(parts) == 3 and parts[2] == "compensate" and row.get("effect") is not None:
+            step = forward.get(int(parts[1])) if parts[1].isdigit() else None
+            if step is None or step.status is not StepStatus.COMPLETED:
+                out.append(f"{key}: an undo landed for a step that never committed")
     return out
