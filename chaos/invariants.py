@@ -68,6 +68,10 @@ class Report:
         return not self.violations
 
 
+UNDOING = frozenset({Status.COMPENSATING, Status.COMPENSATED, Status.COMPENSATION_FAILED})
+UNDOING_NAMES = frozenset(s.value for s in UNDOING)
+
+
 def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[str]:
     """Versions only move forward, one state per version, and a step never advances faster than its version."""
     out: list[str] = []
@@ -86,11 +90,13 @@ def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[s
                 f"step moved {b.current_step - a.current_step} in {b.version - a.version} version(s) "
                 f"(v{a.version} step {a.current_step} -> v{b.version} step {b.current_step}): a transition skipped"
             )
-        if b.current_step < a.current_step:
+        if b.current_step < a.current_step and b.status not in UNDOING_NAMES:
+            # A saga's compensations walk back down the steps (engine/compensation.py).
             out.append(f"step went backwards: {a.current_step} -> {b.current_step} (v{a.version} -> v{b.version})")
         # Leaving the due index is the one write a terminal execution may take (a child's hold).
         unindexed = b.status == a.status and a.next_wake_at is not None and b.next_wake_at is None
-        if a.status in ("COMPLETED", "CANCELLED") and b.version > a.version and not unindexed:
+        ended = a.status in ("COMPLETED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED")
+        if ended and b.version > a.version and not unindexed:
             out.append(f"a {a.status} execution changed again (v{a.version} -> v{b.version})")
     return out
 
@@ -105,9 +111,6 @@ def minimum_transitions(ex: Execution, history: Sequence[StepRecord], redrives: 
     began = 1 if ex.status in UNDOING else 0
     gave_up = 1 if ex.status is Status.COMPENSATION_FAILED else 0
     return 1 + committed + retries + failed + cancelled + began + gave_up + redrives
-
-
-UNDOING = frozenset({Status.COMPENSATING, Status.COMPENSATED, Status.COMPENSATION_FAILED})
 
 
 def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) -> list[str]:
@@ -133,6 +136,8 @@ def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) 
         if numbers != sorted(numbers):
             out.append(f"step {r.index} ({r.name}) attempts out of order: {numbers}")
     for i in range(ex.current_step if ex.status is not Status.COMPLETED else len(by_index)):
+        if ex.status in UNDOING:
+            break  # check_compensation: only committed steps are undone
         r = by_index.get(i)
         if r is None or r.status is not StepStatus.COMPLETED:
             out.append(f"step {i} is behind the execution (at step {ex.current_step}) but not committed")
@@ -146,8 +151,9 @@ def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) 
             out.append(f"FAILED at step {ex.current_step} but its history does not record the failure")
     # The one committed result per step is the one the execution carries on.
     context = dict(ex.input)
+    undoing = ex.status in UNDOING  # current_step walks back down; the context keeps every commit
     for i in sorted(by_index):
-        if i < ex.current_step and by_index[i].status is StepStatus.COMPLETED:
+        if (i < ex.current_step or undoing) and by_index[i].status is StepStatus.COMPLETED:
             context = merge_context(context, by_index[i].result)
     if canonical_json(context) != canonical_json(ex.context):
         out.append("the execution's context is not its input merged with the committed results")
@@ -180,7 +186,8 @@ def check_ledger(
             out.append(f"{key}: an effect landed without any recorded run")
     for key, row in entries.items():
         index = key.rsplit(":", 1)[-1]
-        if index.isdigit() and row.get("effect") is not None and int(index) > ex.current_step:
+        beyond = ex.status not in UNDOING and index.isdigit() and int(index) > ex.current_step
+        if beyond and row.get("effect") is not None:
             out.append(f"{key}: an effect landed for step {index}, beyond the execution (step {ex.current_step})")
     return out
 

@@ -77,7 +77,8 @@ def run(t: Target, r: Result) -> None:
             continue
         for v in check_compensation(ex, history, entries, COMPENSABLE):
             r.fail(f"{eid}: {v}")
-        undone[eid] = [h.index for h in history if h.name.endswith("#compensate") and h.status.value == "COMPLETED"]
+        done = [h for h in history if h.name.endswith("#compensate") and h.status.value == "COMPLETED"]
+        undone[eid] = [h.index for h in sorted(done, key=lambda h: h.finished_at or 0.0)]  # in the order they ran
         r.expect(undone[eid] == [1, 0], f"{eid}: compensations {undone[eid]}, expected charge then reserve")
         for index in (0, 1):
             landed = (entries.get(f"{eid}:{index}:compensate") or {}).get("effect")

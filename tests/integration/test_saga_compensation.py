@@ -192,7 +192,8 @@ def test_a_crash_at_each_point_of_a_compensation_undoes_each_commit_once(rig, le
     assert ledger.undone().count("undo_reserve") == 1
     # A crash after the compensation ran but before its commit runs it again (at least once);
     # its commit, the undo that counts, is recorded once.
-    assert rig.store.commits[("x1", 2)] == 2, "charge's forward commit and its compensation's, once each"
+    assert rig.store.commits[("x1", 2)] == 1, "charge committed once"
+    assert rig.store.commits[("x1", 2, "charge#compensate")] == 1, "its compensation committed once"
     assert rig.engine.store.get_step("x1", 2, "charge#compensate").status is StepStatus.COMPLETED
 
 
@@ -270,3 +271,35 @@ def test_a_separate_rig_sees_the_same_rules(aws, make_engine, clock, ledger):
     rig.driver.pump()
     assert rig.status("t1") == "COMPENSATED"
     assert ledger.undone() == ["undo_a"]
+
+
+# ------------------------------------------------------------- API, CLI client and the example
+
+
+def test_the_api_cancels_with_compensate_and_shows_the_history_in_phases(fn) -> None:
+    status, _ = fn.api("POST", "/executions", {"workflow": "order_saga", "input": {"amount": 3}, "execution_id": "api1"})
+    assert status == 201
+    fn.drain()
+    status, body = fn.api("GET", "/executions/api1")
+    assert body["status"] == "COMPENSATED"
+    steps = fn.api("GET", "/executions/api1/history")[1]["steps"]
+    assert [(s["name"], s["phase"]) for s in steps] == [
+        ("reserve_stock", "forward"),
+        ("charge_card", "forward"),
+        ("ship", "forward"),
+        ("charge_card#compensate", "compensation"),
+        ("reserve_stock#compensate", "compensation"),
+    ]
+    described = {w["name"]: w for w in fn.api("GET", "/workflows")[1]["workflows"]}["order_saga"]
+    assert described["steps"][1]["compensate"] == "refund_card"
+
+
+def test_the_api_cancel_body_is_checked_and_compensate_undoes(fn) -> None:
+    fn.api("POST", "/executions", {"workflow": "order_saga", "input": {"courier": "ups"}, "execution_id": "api2"})
+    status, body = fn.api("POST", "/executions/api2/cancel", {"compensate": "yes"})
+    assert status == 400
+    status, body = fn.api("POST", "/executions/api2/cancel", {"compensate": True, "other": 1})
+    assert status == 400
+    assert fn.api("GET", "/executions/api2")[1]["status"] == "RUNNING", "a refused cancel changes nothing"
+    status, body = fn.api("POST", "/executions/api2/cancel", {"compensate": True})
+    assert status == 200 and body["status"] == "CANCELLED", "nothing had committed: a plain cancel"
