@@ -52,8 +52,9 @@ def is_compensation(record: StepRecord) -> bool:
 
 
 def ordered_history(records: list[StepRecord]) -> list[StepRecord]:
-    """Forward records in step order, then the compensations in the order they ran (reverse)."""
-    forward = sorted((r for r in records if not is_compensation(r)), key=lambda r: r.index)
+    """Forward records in step order (a catch handler's after its step's), then the
+    compensations in the order they ran (reverse)."""
+    forward = sorted((r for r in records if not is_compensation(r)), key=lambda r: (r.index, r.name))
     undo = sorted((r for r in records if is_compensation(r)), key=lambda r: -r.index)
     return forward + undo
 

@@ -130,6 +130,8 @@ class Execution:
     wait: Wait | None = None
     # A child execution's parent: {"id", "step", "attempt"} (engine/children.py).
     parent: dict[str, Any] | None = None
+    # While the current step's catch handler runs (engine/catching.py): the failure it handles.
+    catching: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

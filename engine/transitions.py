@@ -66,6 +66,7 @@ def after_step(
         "started_attempt": 0,
         "ready_at": None,
         "wait": None,
+        "catching": None,
     }
     if nxt >= len(spec.steps):
         done = ex.evolve(
@@ -281,3 +282,20 @@ def compensation_failed_state(
         started_attempt=0,
         wait=None,
     )
+
+
+def catching_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """The current step failed for good and declares ``catch``: run its handler (engine/catching.py)
+    as a new round of attempts of the same step, so every earlier attempt's message is stale."""
+    new = ex.evolve(
+        now,
+        status=Status.RUNNING,
+        attempt=ex.attempt + 1,
+        attempt_base=ex.attempt,
+        started_attempt=0,
+        ready_at=None,
+        wait=None,
+        catching=error,
+        next_wake_at=lease(None, now, cfg),
+    )
+    return new, Effects(run_next=StepMessage(ex.id, ex.current_step, ex.attempt + 1, MessageKind.STEP))

@@ -85,7 +85,7 @@ def step(record: StepRecord) -> dict[str, Any]:
         "index": record.index,
         "name": record.name,
         # Forward records come first, then the compensations in the order they ran.
-        "phase": "compensation" if undo else "forward",
+        "phase": "compensation" if undo else ("catch" if record.name.endswith("#catch") else "forward"),
         "status": record.status.value,
         "attempts": [attempt(a) for a in record.attempts],
         "result": record.result,

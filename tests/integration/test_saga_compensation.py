@@ -259,8 +259,9 @@ def test_step_options_are_validated_and_described(ledger):
     with pytest.raises(WorkflowDefinitionError):
         step(ledger.do("a"), catch=42)
     reg = Registry()
-    spec = add_workflow(reg, "d", [step(ledger.do("a"), compensate=ledger.undo("a"))]).spec
+    spec = add_workflow(reg, "d", [step(ledger.do("a"), compensate=ledger.undo("a"), catch=lambda ctx, e: None)]).spec
     assert spec.describe()["steps"][0]["compensate"] == "undo_a"
+    assert spec.describe()["steps"][0]["catch"] == "<lambda>"
 
 
 def test_a_separate_rig_sees_the_same_rules(aws, make_engine, clock, ledger):
@@ -277,7 +278,8 @@ def test_a_separate_rig_sees_the_same_rules(aws, make_engine, clock, ledger):
 
 
 def test_the_api_cancels_with_compensate_and_shows_the_history_in_phases(fn) -> None:
-    status, _ = fn.api("POST", "/executions", {"workflow": "order_saga", "input": {"amount": 3}, "execution_id": "api1"})
+    start = {"workflow": "order_saga", "input": {"amount": 3}, "execution_id": "api1"}
+    status, _ = fn.api("POST", "/executions", start)
     assert status == 201
     fn.drain()
     status, body = fn.api("GET", "/executions/api1")
