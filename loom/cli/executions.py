@@ -173,19 +173,19 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
         output.as_json(body)
         return 0
     rows = [{**s, "tries": len(s.get("attempts") or []), "problem": _problem(s)} for s in body.get("steps", [])]
-    output.table(
-        rows,
-        [
-            ("index", "#"),
-            ("phase", "phase"),
-            ("name", "step"),
-            ("status", "status"),
-            ("tries", "attempts"),
-            ("started_at", "started"),
-            ("finished_at", "finished"),
-            ("problem", "error"),
-        ],
-    )
+    columns = [
+        ("index", "#"),
+        ("name", "step"),
+        ("status", "status"),
+        ("tries", "attempts"),
+        ("started_at", "started"),
+        ("finished_at", "finished"),
+        ("problem", "error"),
+    ]
+    if any(s.get("phase", "forward") != "forward" for s in rows):
+        # A saga's compensations (and catch handlers) follow the forward steps: say which is which.
+        columns.insert(1, ("phase", "phase"))
+    output.table(rows, columns)
     return 0
 
 
