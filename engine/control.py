@@ -134,7 +134,7 @@ def cancel(parts: Parts, execution_id: str, *, compensate: bool = False) -> Exec
             raise AlreadyTerminal(f"execution {execution_id!r} is compensating", status=ex.status.value)
         first = compensation.first_to_undo(parts, ex) if compensate else None
         if first is not None:
-            cause = {"type": "Cancelled", "message": "cancelled with compensate", "reason": "cancelled"}
+            cause: dict[str, Any] = {"type": "Cancelled", "message": "cancelled with compensate", "reason": "cancelled"}
             cause.update(step=ex.current_step, attempt=ex.attempt)
             new, effects = tr.compensating_state(ex, first, cause, parts.clock.now(), parts.config)
         else:
