@@ -305,3 +305,18 @@ def test_the_api_cancel_body_is_checked_and_compensate_undoes(fn) -> None:
     assert fn.api("GET", "/executions/api2")[1]["status"] == "RUNNING", "a refused cancel changes nothing"
     status, body = fn.api("POST", "/executions/api2/cancel", {"compensate": True})
     assert status == 200 and body["status"] == "CANCELLED", "nothing had committed: a plain cancel"
+
+
+def test_a_dlq_redrive_keeps_a_compensation_failure_for_a_person(rig, ledger):
+    from engine.adapters.dlq import SqsDeadLetters
+    from engine.dead_letters import redrive
+
+    ledger.fail_undo["charge"] = -1
+    rig.engine.start("order", {}, execution_id="q1")
+    rig.driver.pump()
+    assert rig.status("q1") == "COMPENSATION_FAILED"
+    box = SqsDeadLetters(rig.aws["sqs"], rig.aws["DeadLetterQueue"])
+    (result,) = redrive(rig.engine, box, 10)
+    assert (result.kind, result.execution_id, result.action) == ("compensation_failed", "q1", "kept")
+    assert rig.status("q1") == "COMPENSATION_FAILED" and ledger.undone().count("undo_reserve") == 0
+    assert len(dead_letters(rig.aws)) == 1, "the record stays in the DLQ"
