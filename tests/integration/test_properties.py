@@ -86,6 +86,8 @@ class Model:
         self.signals: dict[str, list[dict[str, Any]]] = defaultdict(list)
         # Saga compensations, as run: (execution id, step index, the committed result it saw).
         self.undo_runs: list[tuple[str, int, dict[str, Any]]] = []
+        # Catch handlers' results, as returned (one is committed per caught step).
+        self.caught: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
 
 
 def submit(ctx: Any, token: str) -> None:
@@ -108,8 +110,28 @@ def make_undo(name: str) -> Any:
     return undo
 
 
+def make_catch(name: str) -> Any:
+    def handler(ctx: Any, error: dict[str, Any]) -> dict[str, Any]:
+        model: Model = ctx.services["model"]
+        assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:catch" and error.get("type")
+        if model.die_in_step:
+            model.die_in_step = False
+            raise Crash("in_step")
+        result = {f"caught_{name}": f"c#{next(model.tokens)}"}
+        model.caught[(ctx.execution_id, ctx.step_index)].append(result)
+        return result
+
+    handler.__name__ = f"catch_{name}"
+    return handler
+
+
 def make_step(
-    name: str, semantics: str = "at_least_once", retry: RetryPolicy | None = None, *, undo: bool = False
+    name: str,
+    semantics: str = "at_least_once",
+    retry: RetryPolicy | None = None,
+    *,
+    undo: bool = False,
+    catch: bool = False,
 ) -> Any:
     def fn(ctx: Any) -> dict[str, Any]:
         model: Model = ctx.services["model"]
@@ -131,7 +153,13 @@ def make_step(
         return result
 
     fn.__name__ = name
-    return step(fn, semantics=semantics, retry=retry, compensate=make_undo(name) if undo else None)
+    return step(
+        fn,
+        semantics=semantics,
+        retry=retry,
+        compensate=make_undo(name) if undo else None,
+        catch=make_catch(name) if catch else None,
+    )
 
 
 def registry() -> Registry:
@@ -155,6 +183,7 @@ def registry() -> Registry:
     # fails["f"] == 3 exhausts f's retries: the saga is undone (its undo of a fails as often as "a" did).
     saga = [make_step("a", undo=True), make_step("m"), make_step("n", undo=True), make_step("f", undo=True)]
     add_workflow(reg, "saga", saga, retry=quick)
+    add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
     return reg
 
 
@@ -532,6 +561,13 @@ class EngineMachine(RuleBasedStateMachine):
                 assert len(completed) == 1
                 if record.name.endswith("#compensate"):
                     continue  # _check_compensations
+                if record.name.endswith("#catch"):
+                    # The handler's one committed result is in the context; the step's own record failed.
+                    assert record.result in self.model.caught[(execution_id, record.index)]
+                    (key,) = record.result
+                    if ex.current_step > record.index or ex.status in UNDONE:
+                        assert ex.context[key] == record.result[key]
+                    continue
                 assert ex.current_step > record.index or ex.status in (Status.CANCELLED, *UNDONE), (
                     f"step {record.index} committed but {execution_id} is {ex.status} at {ex.current_step}"
                 )
