@@ -275,7 +275,7 @@ class Demo:
             rows.append(
                 {
                     "index": st.get("index"),
-                    "name": st.get("name") if st.get("phase") != "compensation" else f"undo {st.get('name')}",
+                    "name": _step_label(st),
                     "status": st.get("status"),
                     "attempts": len(attempts),
                     "started_at": st.get("started_at"),
@@ -338,3 +338,11 @@ def _error_text(error: Any) -> str | None:
     if isinstance(error, dict):
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
     return str(error)
+
+
+def _step_label(st: dict[str, Any]) -> Any:
+    """A compensation's record is named ``<step>#compensate``: shown as ``undo <step>``."""
+    name = st.get("name")
+    if st.get("phase") == "compensation" and isinstance(name, str):
+        return "undo " + name.removesuffix("#compensate")
+    return name
