@@ -69,3 +69,32 @@ def test_a_crash_during_a_compensation_and_duplicate_deliveries_still_undo_once(
         assert wt.compensations(ex_id) == ["charge", "reserve"]
         assert wt.faults.fired and wt.faults.fired[0][0] == "after_checkpoint"
         assert [c.split(":")[0] for c in undo_calls] == ["charge", "reserve"]
+
+
+def test_a_caught_failure_goes_on_and_a_crash_in_the_handler_is_recovered():
+    reg = Registry()
+    handled: list[str] = []
+
+    def fallback(ctx, error):
+        handled.append(ctx.idempotency_key)
+        return {"fallback": error["type"]}
+
+    def after(ctx):
+        return {"saw": ctx.data.get("fallback")}
+
+    @workflow("caught_unit", registry=reg)
+    class Caught:
+        steps = [step(_ship, name="ship", catch=fallback), after]
+
+    with WorkflowTest(reg) as wt:
+        wt.crash("after_step", step="ship", phase="catch")
+        ex_id = wt.start("caught_unit", {}, execution_id="c1")
+        ex = wt.run(ex_id)
+        assert ex is not None and ex.status.value == "COMPLETED"
+        assert ex.context["saw"] == "NonRetryableError"
+        assert handled == ["c1:0:catch", "c1:0:catch"], "killed after the handler ran; the redelivery ran it again"
+        assert [(n, s) for n, s, _ in wt.steps(ex_id)] == [
+            ("ship", "FAILED"),
+            ("ship#catch", "COMPLETED"),
+            ("after", "COMPLETED"),
+        ]
