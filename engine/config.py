@@ -35,6 +35,11 @@ class EngineConfig:
     # The sweeper's schedule (template.yaml: rate(1 minute)). Only used to turn the
     # clock into a tick number, so that consecutive sweeps start at consecutive shards.
     sweep_period_seconds: float = 60.0
+    # How long a lapsed lease may be put down to the queue's backlog (in leases, counted from
+    # the execution's last transition, when its message was sent). Past it the message is
+    # taken as lost even while the queue is busy: under a backlog that never drains, a lost
+    # message is re-driven after this long instead of never.
+    backlog_patience_leases: float = 15.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:

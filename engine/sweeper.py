@@ -171,7 +171,7 @@ class Backlog:
         return self._waiting
 
 
-def judge_lapsed(ex: Execution, waiting: int) -> SweepAction:
+def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig) -> SweepAction:
     """A RUNNING execution's lease lapsed: re-drive it, or wait for the queue's backlog.
 
     A marked attempt (``started_attempt == attempt``) was started by a guarded runner
@@ -181,9 +181,13 @@ def judge_lapsed(ex: Execution, waiting: int) -> SweepAction:
     at scale, double the backlog). Once the backlog is gone, a lapsed lease is a lost
     message and is re-driven. (A redrive is guarded anyway, and a message received
     after its lease ran low runs guarded too, so a wrong guess costs a message, not an
-    overlapping run.)
+    overlapping run.) The backlog is believed for ``backlog_patience_leases`` leases after
+    the execution's last transition (a postponement keeps ``updated_at``): a queue that
+    never drains must not keep a lost message waiting forever.
     """
     if ex.started_attempt == ex.attempt or waiting == 0:
+        return SweepAction.REDRIVE
+    if now - ex.updated_at >= cfg.backlog_patience_leases * cfg.lease_seconds:
         return SweepAction.REDRIVE
     return SweepAction.POSTPONED
 
@@ -211,7 +215,7 @@ def sweep_one(
                 send(parts, *done.effects.delayed)
             return SweepAction.WOKE, done.effects.run_next
         marked = ex.started_attempt == ex.attempt
-        action = judge_lapsed(ex, 0 if marked else (backlog or Backlog(parts))())
+        action = judge_lapsed(ex, 0 if marked else (backlog or Backlog(parts))(), now, parts.config)
         postpone = action is SweepAction.POSTPONED
         new = (tr.postponed_state if postpone else tr.reclaimed_state)(ex, now, parts.config)
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)

@@ -166,8 +166,12 @@ def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
 
 
 def postponed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
-    """The sweeper renews a lapsed lease because the queue's backlog may hold its message."""
-    return ex.evolve(now, next_wake_at=lease(None, now, cfg))
+    """The sweeper renews a lapsed lease because the queue's backlog may hold its message.
+
+    ``updated_at`` stays the time of the last real transition, when the message was sent:
+    the sweeper's patience with a backlog counts from it.
+    """
+    return replace(ex.evolve(now, next_wake_at=lease(None, now, cfg)), updated_at=ex.updated_at)
 
 
 def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:

@@ -36,7 +36,7 @@ from engine.errors import (
 )
 from engine.log import get_logger
 from functions import views, waits_api, wiring
-from functions.http import HttpError, Request, Router, error_response, response
+from functions.http import FunctionUrlEvent, HttpError, Request, Router, error_response, response
 
 START_FIELDS = frozenset({"workflow", "input", "execution_id"})
 LIST_PARAMS = frozenset({"status", "workflow", "limit", "cursor"})
@@ -182,7 +182,7 @@ ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
 )
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: FunctionUrlEvent, context: Any) -> dict[str, Any]:
     log = get_logger()
     try:
         request = Request.from_event(event)

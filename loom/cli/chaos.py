@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=1, help="the soak's fault plan seed; also seeds --sqs-standard-chaos"
     )
     parser.add_argument("--workers", type=int, default=3, help="soak: worker processes of the kit's stack")
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=None,
+        help="soak: seconds every execution may take to end once the faults are in "
+        "(default: 240, or 2.4 s an execution when more)",
+    )
     parser.add_argument("--plan", action="store_true", help="soak: print the fault plan and exit")
     parser.add_argument(
         "--sqs-standard-chaos",
@@ -109,7 +116,8 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
         sqs_standard_chaos=args.sqs_standard_chaos,
         sqs_chaos_seed=args.seed,
     ) as target:
-        summary = run_soak(target, args.executions, args.seed, out=progress)  # type: ignore[arg-type]
+        settle = args.settle_timeout or max(240.0, 2.4 * args.executions)
+        summary = run_soak(target, args.executions, args.seed, out=progress, timeout=settle)  # type: ignore[arg-type]
     result = summary.as_result()
     if args.json:
         print(json.dumps({"summary": summary.__dict__, "ok": not summary.violations}, indent=2, default=str))

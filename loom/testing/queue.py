@@ -49,7 +49,7 @@ class VirtualQueue:
                 queued.visible_at = self.clock.now() + timeout_seconds
 
     def backlog(self) -> int:
-        """Visible messages not yet received, as SQS's ApproximateNumberOfMessages counts them."""
+        """Messages waiting to be received: visible now, not in flight, not delayed."""
         now = self.clock.now()
         return sum(1 for q in self.messages if q.visible_at <= now)
 

@@ -6,14 +6,15 @@ import pytest
 
 from chaos.soak import make_plan, run_soak
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_soak_100_executions_has_no_violations(tmp_path) -> None:
     from chaos.stackctl import chaos_stack
 
     with chaos_stack(state_dir=tmp_path, workers=3) as target:
-        summary = run_soak(target, 100, seed=11)
+        # Lost messages wait for the queue to drain (backlog patience): give the tail room on a busy machine.
+        summary = run_soak(target, 100, seed=11, timeout=420)
     assert summary.digest == make_plan(100, 11).digest
     assert summary.violations == []
     assert summary.statuses == {"COMPLETED": 100}

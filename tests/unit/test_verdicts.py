@@ -137,7 +137,16 @@ def test_a_run_is_covered_only_while_a_whole_lease_is_left_and_nobody_marked_the
 
 def test_a_lapsed_lease_waits_for_the_backlog_unless_its_attempt_was_marked() -> None:
     lapsed = ex(next_wake_at=NOW - 1)
-    assert judge_lapsed(lapsed, waiting=0) is SweepAction.REDRIVE
-    assert judge_lapsed(lapsed, waiting=25) is SweepAction.POSTPONED
+    assert judge_lapsed(lapsed, waiting=0, now=NOW, cfg=CFG) is SweepAction.REDRIVE
+    assert judge_lapsed(lapsed, waiting=25, now=NOW, cfg=CFG) is SweepAction.POSTPONED
     # A guarded runner's mark renewed the lease; that lease lapsing means the runner is gone.
-    assert judge_lapsed(ex(next_wake_at=NOW - 1, started_attempt=1), waiting=25) is SweepAction.REDRIVE
+    marked = ex(next_wake_at=NOW - 1, started_attempt=1)
+    assert judge_lapsed(marked, waiting=25, now=NOW, cfg=CFG) is SweepAction.REDRIVE
+
+
+def test_a_backlog_is_believed_only_for_so_many_leases_after_the_message_was_sent() -> None:
+    # A queue that never drains must not keep a lost message waiting forever.
+    patience = CFG.backlog_patience_leases * CFG.lease_seconds
+    sent_at = NOW - patience
+    assert judge_lapsed(ex(next_wake_at=NOW - 1, updated_at=sent_at + 1), 25, NOW, CFG) is SweepAction.POSTPONED
+    assert judge_lapsed(ex(next_wake_at=NOW - 1, updated_at=sent_at), 25, NOW, CFG) is SweepAction.REDRIVE
