@@ -17,4 +17,5 @@ SCENARIOS = (
     "callback_race",
     "signal_race",
     "child_crash",
+    "saga_compensation",
 )

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.compensation import SUFFIX, is_compensation
 from engine.state import Execution, Signal, Status, StepRecord, StepStatus, canonical_json
 from engine.transitions import merge_context
 
@@ -67,6 +68,10 @@ class Report:
         return not self.violations
 
 
+UNDOING = frozenset({Status.COMPENSATING, Status.COMPENSATED, Status.COMPENSATION_FAILED})
+UNDOING_NAMES = frozenset(s.value for s in UNDOING)
+
+
 def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[str]:
     """Versions only move forward, one state per version, and a step never advances faster than its version."""
     out: list[str] = []
@@ -85,11 +90,13 @@ def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[s
                 f"step moved {b.current_step - a.current_step} in {b.version - a.version} version(s) "
                 f"(v{a.version} step {a.current_step} -> v{b.version} step {b.current_step}): a transition skipped"
             )
-        if b.current_step < a.current_step:
+        if b.current_step < a.current_step and b.status not in UNDOING_NAMES:
+            # A saga's compensations walk back down the steps (engine/compensation.py).
             out.append(f"step went backwards: {a.current_step} -> {b.current_step} (v{a.version} -> v{b.version})")
         # Leaving the due index is the one write a terminal execution may take (a child's hold).
         unindexed = b.status == a.status and a.next_wake_at is not None and b.next_wake_at is None
-        if a.status in ("COMPLETED", "CANCELLED") and b.version > a.version and not unindexed:
+        ended = a.status in ("COMPLETED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED")
+        if ended and b.version > a.version and not unindexed:
             out.append(f"a {a.status} execution changed again (v{a.version} -> v{b.version})")
     return out
 
@@ -100,11 +107,18 @@ def minimum_transitions(ex: Execution, history: Sequence[StepRecord], redrives: 
     retries = sum(1 for r in history for a in r.attempts if a.outcome != "completed" and a.retry_delay is not None)
     failed = 1 if ex.status is Status.FAILED else 0
     cancelled = 1 if ex.status is Status.CANCELLED else 0
-    return 1 + committed + retries + failed + cancelled + redrives
+    # A saga: the write that began compensating, and the one that gave it up.
+    began = 1 if ex.status in UNDOING else 0
+    gave_up = 1 if ex.status is Status.COMPENSATION_FAILED else 0
+    return 1 + committed + retries + failed + cancelled + began + gave_up + redrives
 
 
 def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) -> list[str]:
     out: list[str] = []
+    caught = {r.index: r for r in history if r.name.endswith("#catch") and r.status is StepStatus.COMPLETED}
+    # check_compensation's part; a caught step's handler record stands in for its failed one.
+    history = [r for r in history if not is_compensation(r) and not r.name.endswith("#catch")]
+    history = [caught.get(r.index, r) for r in history]
     if ex.status.value != expect.status:
         out.append(f"ended {ex.status.value}, expected {expect.status}")
     by_index: dict[int, StepRecord] = {}
@@ -125,6 +139,8 @@ def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) 
         if numbers != sorted(numbers):
             out.append(f"step {r.index} ({r.name}) attempts out of order: {numbers}")
     for i in range(ex.current_step if ex.status is not Status.COMPLETED else len(by_index)):
+        if ex.status in UNDOING:
+            break  # check_compensation: only committed steps are undone
         r = by_index.get(i)
         if r is None or r.status is not StepStatus.COMPLETED:
             out.append(f"step {i} is behind the execution (at step {ex.current_step}) but not committed")
@@ -138,8 +154,9 @@ def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) 
             out.append(f"FAILED at step {ex.current_step} but its history does not record the failure")
     # The one committed result per step is the one the execution carries on.
     context = dict(ex.input)
+    undoing = ex.status in UNDOING  # current_step walks back down; the context keeps every commit
     for i in sorted(by_index):
-        if i < ex.current_step and by_index[i].status is StepStatus.COMPLETED:
+        if (i < ex.current_step or undoing) and by_index[i].status is StepStatus.COMPLETED:
             context = merge_context(context, by_index[i].result)
     if canonical_json(context) != canonical_json(ex.context):
         out.append("the execution's context is not its input merged with the committed results")
@@ -152,6 +169,8 @@ def check_ledger(
     """Each committed effectful step landed exactly one effect, under its own idempotency key."""
     out: list[str] = []
     for r in history:
+        if is_compensation(r):
+            continue  # check_compensation looks at those
         key = f"{ex.id}:{r.index}"
         row = entries.get(key)
         result_keys = [v for k, v in (r.result or {}).items() if k.endswith("_key")]
@@ -170,7 +189,8 @@ def check_ledger(
             out.append(f"{key}: an effect landed without any recorded run")
     for key, row in entries.items():
         index = key.rsplit(":", 1)[-1]
-        if index.isdigit() and row.get("effect") is not None and int(index) > ex.current_step:
+        beyond = ex.status not in UNDOING and index.isdigit() and int(index) > ex.current_step
+        if beyond and row.get("effect") is not None:
             out.append(f"{key}: an effect landed for step {index}, beyond the execution (step {ex.current_step})")
     return out
 
@@ -246,4 +266,48 @@ def check_waits(ex: Execution, history: Sequence[StepRecord], signals: Sequence[
     for sig in signals:
         if sig.consumed_by is not None and named.get(sig.key) != sig.consumed_by:
             out.append(f"signal {sig.key} is consumed by {sig.consumed_by}, but no commit of that wait names it")
+    return out
+
+
+def check_compensation(
+    ex: Execution,
+    history: Sequence[StepRecord],
+    entries: Mapping[str, Mapping[str, Any]],
+    compensable: Iterable[int],
+) -> list[str]:
+    """A saga's undo: only committed steps compensated, each at most once, in reverse order,
+    and (once COMPENSATED) every committed compensable step undone.
+
+    ``compensable``: the indices of the workflow's steps that declare a compensation.
+    """
+    out: list[str] = []
+    forward = {r.index: r for r in history if not is_compensation(r)}
+    undo = sorted((r for r in history if is_compensation(r)), key=lambda r: r.index)
+    for r in undo:
+        step = forward.get(r.index)
+        if step is None or step.status is not StepStatus.COMPLETED:
+            out.append(f"step {r.index} ({r.name}) has a compensation record but never committed")
+        if r.name.removesuffix(SUFFIX) != (step.name if step else None):
+            out.append(f"compensation record {r.name} does not name step {r.index}")
+        done = [a for a in r.attempts if a.outcome == "completed"]
+        if len(done) > 1 or (r.status is StepStatus.COMPLETED) != (len(done) == 1):
+            out.append(f"{r.name}: {len(done)} committed compensations, status {r.status.value}")
+        row = entries.get(f"{ex.id}:{r.index}:compensate")
+        if r.status is StepStatus.COMPLETED and row is not None and row.get("effect") is None:
+            out.append(f"{r.name} committed but its undo effect never landed")
+    finished = [(r.index, r.finished_at or 0.0) for r in undo if r.status is StepStatus.COMPLETED]
+    by_time = [i for i, _ in sorted(finished, key=lambda p: p[1])]
+    if by_time != sorted(by_time, reverse=True):
+        out.append(f"compensations ran out of reverse order: steps {by_time}")
+    if ex.status is Status.COMPENSATED:
+        owed = {i for i in compensable if forward.get(i) is not None and forward[i].status is StepStatus.COMPLETED}
+        missing = owed - {r.index for r in undo if r.status is StepStatus.COMPLETED}
+        if missing:
+            out.append(f"COMPENSATED but committed steps {sorted(missing)} were never undone")
+    for key, row in entries.items():
+        parts = key.rsplit(":", 2)
+        if len(parts) == 3 and parts[2] == "compensate" and row.get("effect") is not None:
+            step = forward.get(int(parts[1])) if parts[1].isdigit() else None
+            if step is None or step.status is not StepStatus.COMPLETED:
+                out.append(f"{key}: an undo landed for a step that never committed")
     return out

@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Any
 
-from engine import RetryPolicy, StepContext, sleep, step, workflow
+from engine import NonRetryableError, RetryPolicy, StepContext, sleep, step, workflow
 
 
 class DownstreamBroken(Exception):
@@ -120,3 +120,42 @@ class Backoff:
         step(flaky, retry=RetryPolicy(max_attempts=3, base=4, max_delay=4, jitter="none")),
         _plain("last"),
     ]
+
+
+def _undo(name: str) -> Any:
+    """A compensation that lands its undo under ``<id>:<step>:compensate``; with ``linger_undo``
+    its first run lingers after the effect, with its pid, so the kit can kill it there."""
+
+    def run(ctx: StepContext) -> dict[str, Any]:
+        ledger = _ledger(ctx)
+        runs = ledger.ran(ctx.idempotency_key) if ledger is not None else ctx.attempt
+        where = {"pid": os.getpid(), "host": socket.gethostname()}
+        out = _land(ctx, f"undo_{name}", index=ctx.step_index, run=runs, undoes=dict(ctx.result or {}), **where)
+        if runs == 1 and ctx.data.get("linger_undo") == name:
+            time.sleep(float(ctx.data.get("linger", 20)))
+        return out
+
+    run.__name__ = f"undo_{name}"
+    return run
+
+
+def ship_or_refuse(ctx: StepContext) -> dict[str, Any]:
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    raise NonRetryableError("no courier will take it (chaos saga)")
+
+
+UNDO_RETRY = RetryPolicy(max_attempts=4, base=0.5, max_delay=2, jitter="none")
+
+
+@workflow("chaos_saga")
+class Saga:
+    """reserve, charge, ship: ship always fails, so charge and then reserve are undone."""
+
+    steps = [
+        step(_plain("reserve"), compensate=_undo("reserve"), compensate_retry=UNDO_RETRY),
+        step(_plain("charge"), compensate=_undo("charge"), compensate_retry=UNDO_RETRY),
+        step(ship_or_refuse, name="ship", compensate=_undo("ship")),
+    ]
+    retry = RetryPolicy(max_attempts=2, base=0.5, max_delay=1, jitter="none")

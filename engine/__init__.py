@@ -8,7 +8,7 @@ from engine.messages import StepMessage
 from engine.retry import RetryDecision, RetryPolicy
 from engine.runtime import Engine, Outcome, SweepReport
 from engine.state import Attempt, Execution, Status, StepRecord, StepStatus
-from engine.workflow import Registry, StepContext, default_registry, sleep, step, workflow
+from engine.workflow import Phase, Registry, StepContext, default_registry, sleep, step, workflow
 
 __all__ = [
     "Attempt",
@@ -21,6 +21,7 @@ __all__ = [
     "NonRetryableError",
     "OffsetClock",
     "Outcome",
+    "Phase",
     "Registry",
     "RetryDecision",
     "RetryPolicy",

@@ -6,7 +6,7 @@ import json
 import uuid
 from typing import Any
 
-from engine import children
+from engine import children, compensation
 from engine import transitions as tr
 from engine.errors import (
     AlreadyTerminal,
@@ -102,7 +102,7 @@ def get(parts: Parts, execution_id: str) -> Execution:
 
 def history(parts: Parts, execution_id: str) -> list[StepRecord]:
     get(parts, execution_id)
-    return parts.store.history(execution_id)
+    return compensation.ordered_history(parts.store.history(execution_id))
 
 
 def list_executions(
@@ -116,22 +116,39 @@ def list_executions(
     return parts.store.list_executions(status=status, workflow=workflow, limit=limit, cursor=cursor)
 
 
-def cancel(parts: Parts, execution_id: str) -> Execution:
-    """Raises ``AlreadyTerminal``, or ``ConflictError`` if the execution kept changing."""
+def cancel(parts: Parts, execution_id: str, *, compensate: bool = False) -> Execution:
+    """Raises ``AlreadyTerminal``, or ``ConflictError`` if the execution kept changing.
+
+    ``compensate``: a saga's committed steps are undone first (COMPENSATING, see
+    engine/compensation.py); a workflow with nothing to undo is simply cancelled.
+    """
     ex = get(parts, execution_id)
     for _ in range(CONFLICT_RETRIES):
-        if ex.terminal:
+        if ex.terminal or (compensate and ex.status is Status.COMPENSATING):
             if ex.status is Status.CANCELLED:
                 # A repeated cancel finishes a cascade that a crash cut short (engine/children.py).
                 children.cancel_running_children(parts, ex)
             raise AlreadyTerminal(f"execution {execution_id!r} is already {ex.status.value}", status=ex.status.value)
-        new = tr.cancelled_state(ex, parts.clock.now(), parts.config)
+        if ex.status is Status.COMPENSATING:
+            # Stopping an undo half way would leave the saga inconsistent: let it finish.
+            raise AlreadyTerminal(f"execution {execution_id!r} is compensating", status=ex.status.value)
+        first = compensation.first_to_undo(parts, ex) if compensate else None
+        if first is not None:
+            cause: dict[str, Any] = {"type": "Cancelled", "message": "cancelled with compensate", "reason": "cancelled"}
+            cause.update(step=ex.current_step, attempt=ex.attempt)
+            new, effects = tr.compensating_state(ex, first, cause, parts.clock.now(), parts.config)
+        else:
+            new, effects = tr.cancelled_state(ex, parts.clock.now(), parts.config), tr.Effects()
         try:
             parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
         except ConflictError as exc:
             ex = exc.current if isinstance(exc.current, Execution) else get(parts, execution_id)
             continue
-        execution_log(new).info("execution.cancelled")
+        if first is not None:
+            execution_log(new).warning("compensation.started", cause=new.error, first_step=first)
+            dispatch(parts, effects)
+        else:
+            execution_log(new).info("execution.cancelled")
         # Parent first, then its child: the child's end then finds the parent terminal and
         # changes nothing (the other order would let the parent retry with a new child).
         children.cancel_children(parts, ex)

@@ -32,9 +32,9 @@ class DeadLetter:
 
     @property
     def kind(self) -> str:
-        """failed | step | malformed | unknown"""
+        """failed | compensation_failed | step | malformed | unknown"""
         body = self.body
-        if isinstance(body, dict) and body.get("loom") in ("failed", "malformed"):
+        if isinstance(body, dict) and body.get("loom") in ("failed", "compensation_failed", "malformed"):
             return str(body["loom"])
         if isinstance(body, dict) and "execution_id" in body and "step" in body:
             return "step"
@@ -42,7 +42,7 @@ class DeadLetter:
 
     @property
     def execution_id(self) -> str | None:
-        if self.kind == "failed":
+        if self.kind in ("failed", "compensation_failed"):
             found = self.body.get("execution_id")
             return found if isinstance(found, str) else None
         if self.kind == "step":
@@ -135,6 +135,10 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
             engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE))
             handled.add(execution_id)
             return result("resent", f"still RUNNING; sent a message for step {ex.current_step}", ex.status.value)
+        if ex.status is Status.COMPENSATION_FAILED:
+            # Undoing again could undo twice what a person may already have fixed by hand.
+            reason = "COMPENSATION_FAILED: its error names the cause and the failed compensation; not re-driven"
+            return result("kept", reason, ex.status.value)
         if ex.status is Status.SLEEPING:
             return result("dropped", "the execution is SLEEPING; the sweeper wakes it", ex.status.value)
         return result("dropped", f"the execution is already {ex.status.value}", ex.status.value)

@@ -19,11 +19,13 @@ class MessageKind(StrEnum):
     REDRIVE = "redrive"  # the sweeper or a DLQ redrive took the execution over
     WAKE = "wake"  # the end of a short sleep
     CHILD_DONE = "child_done"  # a child execution ended: its parent's wait (step, attempt) looks at it
+    COMPENSATE = "compensate"  # run the compensation (step, attempt) of a COMPENSATING execution
 
     @property
     def guarded(self) -> bool:
         """Messages that exist because something may have gone wrong before."""
-        return self in (MessageKind.RETRY, MessageKind.REDRIVE)
+        # A compensation always runs guarded: undoing twice is worth a start mark (engine/compensation.py).
+        return self in (MessageKind.RETRY, MessageKind.REDRIVE, MessageKind.COMPENSATE)
 
 
 KINDS: tuple[str, ...] = tuple(k.value for k in MessageKind)

@@ -20,6 +20,7 @@ class OutcomeStatus(StrEnum):
     CHAIN_BROKEN = "chain_broken"  # a chained link failed; it was handed back to the queue
     WAITING = "waiting"  # the execution waits on the outside world (callback, signal, child)
     NOT_YET = "not_yet"  # a poll's check said not yet; the same attempt runs again later
+    COMPENSATING = "compensating"  # the execution failed (or was cancelled): its compensations run
     NO_TIME = "no_time"  # the step needs more time than the invocation has left; not started
 
 

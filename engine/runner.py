@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import steps, waits
+from engine import catching, compensation, steps, waits
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -19,7 +19,7 @@ from engine.outcome import LinkResult, Outcome, OutcomeStatus
 from engine.parked import malformed_record
 from engine.parts import Parts
 from engine.ports import FaultPoint
-from engine.state import AttemptOutcome, Execution
+from engine.state import AttemptOutcome, Execution, Status
 from engine.verdicts import (
     GuardVerdict,
     MessageVerdict,
@@ -116,7 +116,11 @@ def handle_link(
         return LinkResult(OutcomeStatus.EARLY)
     try:
         spec = parts.registry.get(ex.workflow)
+        if ex.status is Status.COMPENSATING:
+            return compensation.run(parts, ex, spec)  # always guarded (engine/compensation.py)
         st = steps.step_at(spec, ex.current_step)
+        if ex.catching is not None and isinstance(st, StepSpec) and st.catch is not None:
+            return catching.run(parts, ex, spec, st)  # the step failed for good: its handler runs
         if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
             return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
         if isinstance(st, PARKING_WAITS):

@@ -58,8 +58,8 @@ class Engine:
     ) -> Page:
         return control.list_executions(self, status=status, workflow=workflow, limit=limit, cursor=cursor)
 
-    def cancel(self, execution_id: str) -> Execution:
-        return control.cancel(self, execution_id)
+    def cancel(self, execution_id: str, *, compensate: bool = False) -> Execution:
+        return control.cancel(self, execution_id, compensate=compensate)
 
     def redrive_failed(self, execution_id: str) -> Execution:
         return control.redrive_failed(self, execution_id)

@@ -15,13 +15,19 @@ class Status(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    # Saga compensation (engine/compensation.py): undoing the committed steps in reverse order.
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
 
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
 
 
-TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+TERMINAL = frozenset(
+    {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.COMPENSATED, Status.COMPENSATION_FAILED}
+)
 
 
 class StepStatus(StrEnum):
@@ -124,6 +130,8 @@ class Execution:
     wait: Wait | None = None
     # A child execution's parent: {"id", "step", "attempt"} (engine/children.py).
     parent: dict[str, Any] | None = None
+    # While the current step's catch handler runs (engine/catching.py): the failure it handles.
+    catching: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

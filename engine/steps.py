@@ -30,7 +30,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
-from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
+from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
 from engine.workflow import NOT_YET, SleepSpec, StepContext, StepSpec, WorkflowSpec
 
 CONFLICT_RETRIES = 5
@@ -265,6 +265,9 @@ def fail_execution(
     now = parts.clock.now()
     described = error if isinstance(error, dict) else error_info(error)
     info = {**described, "step": ex.current_step, "step_name": st_name, "attempt": ex.attempt, "reason": reason}
+    instead = _catch_or_compensate(parts, ex, info, st_name, ran)
+    if instead is not None:
+        return instead
     # Dead-letter first: a crash before the state write re-runs this path and at
     # worst parks the execution twice; the other order could lose it.
     parts.queue.send_dead_letter(
@@ -288,3 +291,27 @@ def fail_execution(
 
         children.notify_parent(parts, new)
     return LinkResult(OutcomeStatus.FAILED, ran)
+
+
+def _catch_or_compensate(
+    parts: Parts, ex: Execution, info: dict[str, Any], st_name: str | None, ran: int
+) -> LinkResult | None:
+    """A step with ``catch`` runs its handler (engine/catching.py) instead of failing, once;
+    a saga's failure undoes its committed steps (engine/compensation.py) instead of ending
+    FAILED; a compensation that fails for good ends COMPENSATION_FAILED. None: fail as usual."""
+    from engine import catching, compensation
+
+    if ex.status is Status.COMPENSATING:
+        return compensation.give_up(parts, ex, info, ran=ran)
+    try:
+        spec = parts.registry.get(ex.workflow)
+    except LoomError:
+        return None
+    st = spec.steps[ex.current_step] if 0 <= ex.current_step < len(spec.steps) else None
+    caught = isinstance(st, StepSpec) and st.catch is not None and st.name == st_name
+    if caught and ex.catching is None and ex.status is Status.RUNNING:
+        return catching.begin(parts, ex, info, ran=ran)
+    if not spec.has_compensation:
+        return None
+    first = tr.compensable_below(spec, ex.current_step)
+    return compensation.begin(parts, ex, spec, info, first=first, ran=ran)

@@ -13,7 +13,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
 from engine.state import Execution, Status, Wait
-from engine.workflow import SleepSpec, WorkflowSpec
+from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ def after_step(
         "started_attempt": 0,
         "ready_at": None,
         "wait": None,
+        "catching": None,
     }
     if nxt >= len(spec.steps):
         done = ex.evolve(
@@ -215,3 +216,90 @@ def not_yet_state(ex: Execution, wait: Wait, every: float, now: float, cfg: Engi
         return new, Effects(delayed=(message, math.ceil(ready - now)))
     new = ex.evolve(now, wait=wait, started_attempt=0, ready_at=ready, next_wake_at=ready)
     return new, Effects()
+
+
+# ------------------------------------------------------------- saga compensation
+# The protocol is engine/compensation.py; these are its state changes. While COMPENSATING,
+# ``current_step`` is the step being undone, ``attempt`` the attempt of its compensation
+# and ``error`` the failure (or cancel) that started it.
+
+
+def compensable_below(spec: WorkflowSpec, below: int) -> int | None:
+    """The latest step before ``below`` that declares a compensation (reverse order)."""
+    for i in range(min(below, len(spec.steps)) - 1, -1, -1):
+        s = spec.steps[i]
+        if isinstance(s, StepSpec) and s.compensate is not None:
+            return i
+    return None
+
+
+def compensating_state(
+    ex: Execution, position: int, cause: dict[str, Any], now: float, cfg: EngineConfig
+) -> tuple[Execution, Effects]:
+    """Undo step ``position`` (first attempt), the last compensation having been done or skipped."""
+    new = ex.evolve(
+        now,
+        status=Status.COMPENSATING,
+        current_step=position,
+        attempt=1,
+        attempt_base=0,
+        started_attempt=0,
+        ready_at=None,
+        wait=None,
+        error=cause,
+        next_wake_at=lease(None, now, cfg),
+    )
+    return new, Effects(run_next=StepMessage(ex.id, position, 1, MessageKind.COMPENSATE))
+
+
+def after_compensation(ex: Execution, spec: WorkflowSpec, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """The compensation of ``ex.current_step`` is committed (or had nothing to undo): the next, or COMPENSATED."""
+    nxt = compensable_below(spec, ex.current_step)
+    if nxt is not None:
+        return compensating_state(ex, nxt, ex.error or {}, now, cfg)
+    done = ex.evolve(
+        now, status=Status.COMPENSATED, started_attempt=0, ready_at=None, next_wake_at=terminal_wake(ex, now, cfg)
+    )
+    return done, Effects()
+
+
+def compensation_retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """The next attempt of the current compensation, ``delay`` seconds from now."""
+    new, effects = retry_state(ex, delay, now, cfg)
+    new = replace(new, status=Status.COMPENSATING)
+    if effects.delayed is None:
+        return new, effects
+    message, seconds = effects.delayed
+    return new, replace(effects, delayed=(replace(message, kind=MessageKind.COMPENSATE), seconds))
+
+
+def compensation_failed_state(
+    ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig | None = None
+) -> Execution:
+    wake = terminal_wake(ex, now, cfg)
+    return ex.evolve(
+        now,
+        status=Status.COMPENSATION_FAILED,
+        error=error,
+        next_wake_at=wake,
+        ready_at=None,
+        started_attempt=0,
+        wait=None,
+    )
+
+
+def catching_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """The current step failed for good and declares ``catch``: run its handler (engine/catching.py)
+    as a new round of attempts of the same step, so every earlier attempt's message is stale."""
+    new = ex.evolve(
+        now,
+        status=Status.RUNNING,
+        attempt=ex.attempt + 1,
+        attempt_base=ex.attempt,
+        started_attempt=0,
+        ready_at=None,
+        wait=None,
+        catching=error,
+        next_wake_at=lease(None, now, cfg),
+    )
+    return new, Effects(run_next=StepMessage(ex.id, ex.current_step, ex.attempt + 1, MessageKind.STEP))

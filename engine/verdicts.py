@@ -39,6 +39,18 @@ class GuardVerdict(StrEnum):
     MARK_AND_RUN = "mark_and_run"  # record the attempt as started, then run it
 
 
+class CompensationVerdict(StrEnum):
+    """What a (always guarded) compensation run does, decided from both history records."""
+
+    NOT_COMMITTED = "not_committed"  # the step never committed: nothing to undo, move on
+    DONE = "done"  # the compensation is committed already: move on
+    GIVE_UP = "give_up"  # a final failure of it is recorded: COMPENSATION_FAILED
+    FOLLOW_RETRY = "follow_retry"  # this attempt's failure is recorded: schedule the next one
+    IN_FLIGHT = "in_flight"
+    WORKER_LOST = "worker_lost"
+    MARK_AND_RUN = "mark_and_run"
+
+
 @dataclass(frozen=True)
 class MessageCheck:
     verdict: MessageVerdict
@@ -59,6 +71,12 @@ def points_at(msg: StepMessage, ex: Execution) -> bool:
     """Whether the message still addresses the execution's current position."""
     if msg.kind is MessageKind.WAKE:
         return ex.status is Status.SLEEPING and ex.current_step == msg.step
+    if ex.status is Status.COMPENSATING:
+        # Only the compensation's own messages (and their retries and redrives) run it.
+        undo_kinds = (MessageKind.COMPENSATE, MessageKind.RETRY, MessageKind.REDRIVE)
+        return msg.kind in undo_kinds and ex.current_step == msg.step and ex.attempt == msg.attempt
+    if msg.kind is MessageKind.COMPENSATE:
+        return False
     if msg.kind is MessageKind.CHILD_DONE:
         # The parent may not have parked yet when its child ends (engine/children.py).
         live = ex.status in (Status.RUNNING, Status.WAITING)
@@ -126,3 +144,21 @@ def check_guard(ex: Execution, record: StepRecord | None, now: float, cfg: Engin
         # redelivery after a short visibility timeout); the lease covers a real death.
         return GuardCheck(GuardVerdict.IN_FLIGHT, marked_at=marked_at)
     return GuardCheck(GuardVerdict.WORKER_LOST, marked_at=marked_at)
+
+
+def check_compensation(
+    ex: Execution, forward: StepRecord | None, record: StepRecord | None, now: float, cfg: EngineConfig
+) -> tuple[CompensationVerdict, float | None]:
+    """A compensation run: the forward record decides whether there is anything to undo,
+    its own record (``STEP#<nnn>#<name>#compensate``) whether it is done or recorded;
+    the start mark and the lease then rule as for a guarded forward step."""
+    if forward is None or forward.status is not StepStatus.COMPLETED:
+        return CompensationVerdict.NOT_COMMITTED, None
+    if record is not None and record.status is StepStatus.COMPLETED:
+        return CompensationVerdict.DONE, None
+    if record is not None and record.status is StepStatus.FAILED:
+        return CompensationVerdict.GIVE_UP, None
+    if record is not None and record.attempts and max(a.attempt for a in record.attempts) >= ex.attempt:
+        return CompensationVerdict.FOLLOW_RETRY, None
+    guard = check_guard(ex, None, now, cfg)
+    return CompensationVerdict(guard.verdict.value), guard.marked_at

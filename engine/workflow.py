@@ -7,11 +7,21 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Literal
 
 from engine.errors import UnknownWorkflow, WorkflowDefinitionError
 from engine.retry import RetryPolicy
+
+
+class Phase(StrEnum):
+    """What a step's function is run for: the step itself, its compensation, or its catch handler."""
+
+    FORWARD = "forward"
+    COMPENSATE = "compensate"
+    CATCH = "catch"
+
 
 Semantics = Literal["at_least_once", "at_most_once"]
 SEMANTICS: tuple[str, ...] = ("at_least_once", "at_most_once")
@@ -32,14 +42,24 @@ class StepContext:
     data: Mapping[str, Any]
     log: Any
     services: Mapping[str, Any] = field(default_factory=dict)
+    # While a compensation runs (engine/compensation.py): the compensated step's committed
+    # result, and the failure (or cancel) that started the compensation.
+    phase: Phase = Phase.FORWARD
+    result: Mapping[str, Any] | None = None
+    failure: Mapping[str, Any] | None = None
 
     @property
     def idempotency_key(self) -> str:
-        # Stable across attempts and redeliveries: side effects key on this.
-        return f"{self.execution_id}:{self.step_index}"
+        # Stable across attempts and redeliveries: side effects key on this. A compensation
+        # or a catch handler has its own, so that it never dedupes against the forward step.
+        if self.phase is Phase.FORWARD:
+            return f"{self.execution_id}:{self.step_index}"
+        return f"{self.execution_id}:{self.step_index}:{self.phase.value}"
 
 
 StepFn = Callable[[StepContext], "dict[str, Any] | None"]
+# ``handler(ctx, error)``: ``error`` is the failure as the history recorded it (type, message...).
+CatchFn = Callable[[StepContext, "dict[str, Any]"], "dict[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,12 @@ class StepSpec:
     # Longest the step may run, in seconds: it starts only when the invocation has this
     # much left plus the reserve (None: the workflow's ``step_timeout``, else the reserve only).
     timeout: float | None = None
+    # Saga compensation: runs (reverse order, once per commit) if the execution fails for
+    # good or is cancelled with compensate; its own retry policy (None: the workflow's).
+    compensate: StepFn | None = None
+    compensate_retry: RetryPolicy | None = None
+    # Runs as a durable step when this step fails for good; the workflow then goes on.
+    catch: CatchFn | None = None
 
     @property
     def is_sleep(self) -> bool:
@@ -148,13 +174,30 @@ def step(
     retry: RetryPolicy | None = None,
     semantics: Semantics = "at_least_once",
     timeout: float | None = None,
+    compensate: StepFn | None = None,
+    compensate_retry: RetryPolicy | None = None,
+    catch: CatchFn | None = None,
 ) -> StepSpec:
     if not callable(fn):
         raise WorkflowDefinitionError(f"step {fn!r} is not callable")
     if semantics not in SEMANTICS:
         raise WorkflowDefinitionError(f"semantics must be one of {SEMANTICS}, not {semantics!r}")
+    for what, value in (("compensate", compensate), ("catch", catch)):
+        if value is not None and not callable(value):
+            raise WorkflowDefinitionError(f"{what} {value!r} of step {name or fn.__name__!r} is not callable")
+    if compensate_retry is not None and not isinstance(compensate_retry, RetryPolicy):
+        raise WorkflowDefinitionError(f"compensate_retry must be a RetryPolicy, not {compensate_retry!r}")
+    if compensate_retry is not None and compensate is None:
+        raise WorkflowDefinitionError("compensate_retry needs compensate")
     return StepSpec(
-        fn=fn, name=name or fn.__name__, retry=retry, semantics=semantics, timeout=check_timeout(timeout, "timeout")
+        fn=fn,
+        name=name or fn.__name__,
+        retry=retry,
+        semantics=semantics,
+        timeout=check_timeout(timeout, "timeout"),
+        compensate=compensate,
+        compensate_retry=compensate_retry,
+        catch=catch,
     )
 
 
@@ -297,6 +340,13 @@ class WorkflowSpec:
     def policy_for(self, spec: StepSpec) -> RetryPolicy:
         return spec.retry or self.retry
 
+    def compensation_policy_for(self, spec: StepSpec) -> RetryPolicy:
+        return spec.compensate_retry or self.retry
+
+    @property
+    def has_compensation(self) -> bool:
+        return any(isinstance(s, StepSpec) and s.compensate is not None for s in self.steps)
+
     def timeout_for(self, spec: StepSpec) -> float | None:
         return spec.timeout if spec.timeout is not None else self.step_timeout
 
@@ -315,7 +365,18 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
         return {"index": i, "name": s.name, "kind": "sleep", "seconds": s.seconds}
     kind = _KINDS.get(type(s))
     if kind is None:
-        return {"index": i, "name": s.name, "kind": "step", "semantics": s.semantics, "timeout": spec.timeout_for(s)}
+        out: dict[str, Any] = {
+            "index": i,
+            "name": s.name,
+            "kind": "step",
+            "semantics": s.semantics,
+            "timeout": spec.timeout_for(s),
+        }
+        if s.compensate is not None:
+            out["compensate"] = getattr(s.compensate, "__name__", repr(s.compensate))
+        if s.catch is not None:
+            out["catch"] = getattr(s.catch, "__name__", repr(s.catch))
+        return out
     return {"index": i, "name": s.name, "kind": kind}
 
 

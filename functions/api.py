@@ -6,7 +6,8 @@
 | GET  /executions?status&workflow&limit&cursor | 200 newest first, ``next_cursor``    |
 | GET  /executions/{id}                | 200, 404                                       |
 | GET  /executions/{id}/history        | 200, 404                                       |
-| POST /executions/{id}/cancel         | 200, 404, 409 when already terminal            |
+| POST /executions/{id}/cancel         | 200, 404, 409 when already terminal; body      |
+|                                      | {"compensate": true} undoes a saga's steps     |
 | GET  /workflows                      | 200                                            |
 | GET  /dlq?limit                      | 200: the parked messages, left in place        |
 | POST /dlq/redrive?limit              | 200: what was done with each message           |
@@ -106,7 +107,7 @@ def history(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
     execution_id = request.params["id"]
     records = wiring.engine().history(execution_id)
-    return response(200, {"id": execution_id, "steps": [views.step(r) for r in sorted(records, key=lambda r: r.index)]})
+    return response(200, {"id": execution_id, "steps": [views.step(r) for r in records]})
 
 
 def list_executions(request: Request) -> dict[str, Any]:
@@ -122,7 +123,15 @@ def list_executions(request: Request) -> dict[str, Any]:
 
 def cancel(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
-    ex = wiring.engine().cancel(request.params["id"])
+    compensate = False
+    if request.body.strip():  # no body: a plain cancel, as before
+        body = request.json()
+        if not isinstance(body, dict) or set(body) - {"compensate"}:
+            raise InvalidInput('the cancel body must be a JSON object with at most {"compensate": true|false}')
+        compensate = body.get("compensate", False)
+        if not isinstance(compensate, bool):
+            raise InvalidInput("'compensate' must be true or false")
+    ex = wiring.engine().cancel(request.params["id"], compensate=compensate)
     return response(200, views.execution(ex, _step_names(ex.workflow)))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from engine import compensation
 from engine.dead_letters import DeadLetter, RedriveResult
 from engine.state import Attempt, Execution, StepRecord
 
@@ -79,9 +80,12 @@ def attempt(a: Attempt) -> dict[str, Any]:
 
 
 def step(record: StepRecord) -> dict[str, Any]:
+    undo = compensation.is_compensation(record)
     return {
         "index": record.index,
         "name": record.name,
+        # Forward records come first, then the compensations in the order they ran.
+        "phase": "compensation" if undo else ("catch" if record.name.endswith("#catch") else "forward"),
         "status": record.status.value,
         "attempts": [attempt(a) for a in record.attempts],
         "result": record.result,

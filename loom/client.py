@@ -214,8 +214,9 @@ class ControlPlane:
         query = {"status": status, "workflow": workflow, "limit": limit, "cursor": cursor}
         return self.request("GET", "/executions", query=query)[1]
 
-    def cancel(self, execution_id: str) -> dict[str, Any]:
-        return self.request("POST", f"/executions/{_segment(execution_id)}/cancel")[1]
+    def cancel(self, execution_id: str, *, compensate: bool = False) -> dict[str, Any]:
+        body = {"compensate": True} if compensate else None
+        return self.request("POST", f"/executions/{_segment(execution_id)}/cancel", body=body)[1]
 
     def workflows(self) -> dict[str, Any]:
         return self.request("GET", "/workflows")[1]

@@ -173,6 +173,8 @@ class DynamoStore:
             item["wait"] = _s(canonical_json(ex.wait.to_dict()))
         if ex.parent is not None:
             item["parent"] = _s(canonical_json(ex.parent))
+        if ex.catching is not None:
+            item["catching"] = _s(canonical_json(ex.catching))
         # The engine's estimates leave room; this is the item as it will really be sent.
         check_item(item_size(item), f"execution {ex.id!r}")
         return item
@@ -198,6 +200,7 @@ class DynamoStore:
             error=_json(item.get("error")),
             wait=None if item.get("wait") is None else Wait.from_dict(_json(item["wait"])),
             parent=_json(item.get("parent")),
+            catching=_json(item.get("catching")),
         )
 
     @staticmethod

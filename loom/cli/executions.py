@@ -73,14 +73,14 @@ def register(sub: Any) -> None:
     )
 
     p = add("list", list_, "list executions, newest first")
-    p.add_argument(
-        "--status", type=status_filter, help="RUNNING, SLEEPING, WAITING, COMPLETED, FAILED or CANCELLED (any case)"
-    )
+    p.add_argument("--status", type=status_filter, help="RUNNING, COMPLETED, FAILED, COMPENSATING... (any case)")
     p.add_argument("--workflow", help="only executions of this workflow")
     p.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     p.add_argument("--cursor", help="next_cursor of the previous page")
 
-    add("cancel", cancel, "cancel an execution").add_argument("id", type=execution_id, help="the execution's id")
+    p = add("cancel", cancel, "cancel an execution")
+    p.add_argument("id", type=execution_id, help="the execution's id")
+    p.add_argument("--compensate", action="store_true", help="undo the committed steps of a saga (reverse order) first")
     add("workflows", workflows, "list the registered workflows and their steps")
 
     dlq = sub.add_parser("dlq", help="look at and redrive the dead-letter queue", description="the dead-letter queue")
@@ -173,18 +173,19 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
         output.as_json(body)
         return 0
     rows = [{**s, "tries": len(s.get("attempts") or []), "problem": _problem(s)} for s in body.get("steps", [])]
-    output.table(
-        rows,
-        [
-            ("index", "#"),
-            ("name", "step"),
-            ("status", "status"),
-            ("tries", "attempts"),
-            ("started_at", "started"),
-            ("finished_at", "finished"),
-            ("problem", "error"),
-        ],
-    )
+    columns = [
+        ("index", "#"),
+        ("name", "step"),
+        ("status", "status"),
+        ("tries", "attempts"),
+        ("started_at", "started"),
+        ("finished_at", "finished"),
+        ("problem", "error"),
+    ]
+    if any(s.get("phase", "forward") != "forward" for s in rows):
+        # A saga's compensations (and catch handlers) follow the forward steps: say which is which.
+        columns.insert(1, ("phase", "phase"))
+    output.table(rows, columns)
     return 0
 
 
@@ -219,9 +220,11 @@ def list_(client: ControlPlane, args: argparse.Namespace) -> int:
 
 
 def cancel(client: ControlPlane, args: argparse.Namespace) -> int:
-    body = client.cancel(args.id)
+    body = client.cancel(args.id, compensate=args.compensate)
     if args.json:
         output.as_json(body)
+    elif body.get("status") == "COMPENSATING":
+        print(f"compensating {body['id']}: undoing from step {body['current_step']} down")
     else:
         print(f"cancelled {body['id']} at step {body['current_step']}")
     return 0

@@ -27,7 +27,7 @@ from loom.local.client import LocalApi, ok
 from loom.local.clock import format_duration
 from loom.local.stack import LocalStack, StackOptions
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,12 @@ CASES = (
         {"order_id": "W-1", "amount": 12, "settle_after": 1},
         "COMPLETED",
         "WAITING on a payment callback, completed from outside",
+    ),
+    Case(
+        "order_saga",
+        {"sku": "S-1", "amount": 30},
+        "COMPENSATED",
+        "ship fails for good: refund, then release (saga)",
     ),
 )
 
@@ -210,9 +216,7 @@ class Demo:
         if not requests:
             return False
         token = str(requests[-1]["callback_token"])
-        answer = ok(
-            stack.api, "POST", f"/callbacks/{token}/succeed", {"result": {"paid": requests[-1]["amount"]}}
-        )
+        answer = ok(stack.api, "POST", f"/callbacks/{token}/succeed", {"result": {"paid": requests[-1]["amount"]}})
         self.say(
             f"{workflow:<18} the provider calls back: POST /callbacks/<token>/succeed -> 200 "
             f"(step {answer['step']}, attempt {answer['attempt']}; the token stays out of logs)"
@@ -231,6 +235,12 @@ class Demo:
         paid = ex.get("output", {}).get("paid")
         if case.workflow == "payment_webhook" and ex.get("status") == "COMPLETED" and paid != case.input["amount"]:
             problems.append("the callback's result did not reach the context")
+        if case.workflow == "order_saga" and ex.get("status") == "COMPENSATED":
+            steps = self._history(stack.api, ex["id"])
+            undo = [s for s in steps if s.get("phase") == "compensation" and s.get("status") == "COMPLETED"]
+            undone = [s.get("name") for s in undo]
+            if undone != ["charge_card#compensate", "reserve_stock#compensate"]:
+                problems.append(f"compensations {undone}, expected the refund then the release")
         if case.workflow == "poison_pill" and ex.get("status") == "FAILED":
             if not ex.get("error"):
                 problems.append("no error recorded")
@@ -265,7 +275,7 @@ class Demo:
             rows.append(
                 {
                     "index": st.get("index"),
-                    "name": st.get("name"),
+                    "name": _step_label(st),
                     "status": st.get("status"),
                     "attempts": len(attempts),
                     "started_at": st.get("started_at"),
@@ -328,3 +338,11 @@ def _error_text(error: Any) -> str | None:
     if isinstance(error, dict):
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
     return str(error)
+
+
+def _step_label(st: dict[str, Any]) -> Any:
+    """A compensation's record is named ``<step>#compensate``: shown as ``undo <step>``."""
+    name = st.get("name")
+    if st.get("phase") == "compensation" and isinstance(name, str):
+        return "undo " + name.removesuffix("#compensate")
+    return name

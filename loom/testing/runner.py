@@ -12,12 +12,13 @@ from typing import Any
 from engine.batch import process_batch
 from engine.callbacks import Completion
 from engine.clock import FakeClock
+from engine.compensation import SUFFIX, is_compensation
 from engine.config import EngineConfig
 from engine.ports import FaultPoint, Store
 from engine.runtime import Engine, SweepReport
 from engine.signals import Sent
-from engine.state import Execution, StepRecord
-from engine.workflow import Registry, WorkflowSpec, default_registry
+from engine.state import Execution, StepRecord, StepStatus
+from engine.workflow import Phase, Registry, WorkflowSpec, default_registry
 from loom.testing.memory import InMemoryStore
 from loom.testing.queue import Queued, VirtualQueue
 
@@ -42,6 +43,7 @@ class _Armed:
     point: FaultPoint
     step: int | str | None
     times: int
+    phase: Phase | None = None
 
 
 class _Faults:
@@ -52,8 +54,8 @@ class _Faults:
         self._step_name = step_name
         self.fired: list[tuple[str, str, int]] = []  # (point, execution id, step index)
 
-    def arm(self, point: FaultPoint, step: int | str | None, times: int) -> None:
-        self._armed.append(_Armed(point, step, times))
+    def arm(self, point: FaultPoint, step: int | str | None, times: int, phase: Phase | None = None) -> None:
+        self._armed.append(_Armed(point, step, times, phase))
 
     def point(self, name: str, **info: Any) -> None:
         execution_id, index = str(info.get("execution_id")), int(info.get("step", -1))
@@ -61,6 +63,8 @@ class _Faults:
             if armed.times == 0 or armed.point != name:
                 continue
             if armed.step is not None and armed.step not in (index, self._step_name(execution_id, index)):
+                continue
+            if armed.phase is not None and armed.phase.value != info.get("phase", Phase.FORWARD.value):
                 continue
             armed.times -= 1
             self.fired.append((name, execution_id, index))
@@ -188,13 +192,22 @@ class WorkflowTest:
         return self.engine.signal(execution_id, name, payload or {})
 
     # faults
-    def crash(self, point: FaultPoint | str, *, step: int | str | None = None, times: int = 1) -> None:
+    def crash(
+        self,
+        point: FaultPoint | str,
+        *,
+        step: int | str | None = None,
+        times: int = 1,
+        phase: Phase | str | None = None,
+    ) -> None:
         """Kill the worker at ``point`` (of ``step``, by index or name) the next ``times`` times.
+
+        ``phase="compensate"`` kills it only while that step's compensation runs.
 
         The message of a killed worker is not deleted: it comes back after the visibility
         timeout, as a redelivery, exactly as SQS would hand it out again.
         """
-        self.faults.arm(FaultPoint(point), step, times)
+        self.faults.arm(FaultPoint(point), step, times, None if phase is None else Phase(phase))
 
     def duplicate_next_deliveries(self, count: int = 1) -> None:
         """The next ``count`` messages are each delivered twice, as SQS may."""
@@ -213,6 +226,14 @@ class WorkflowTest:
     def steps(self, execution_id: str) -> list[tuple[str, str, list[str]]]:
         """Each step as (name, status, [attempt outcomes]): compact to assert on."""
         return [(r.name, r.status.value, [a.outcome.value for a in r.attempts]) for r in self.history(execution_id)]
+
+    def compensations(self, execution_id: str) -> list[str]:
+        """The steps whose compensation committed, in the order they ran (reverse step order)."""
+        return [
+            r.name.removesuffix(SUFFIX)
+            for r in self.history(execution_id)
+            if is_compensation(r) and r.status is StepStatus.COMPLETED
+        ]
 
     @property
     def dead_letters(self) -> list[dict[str, Any]]:

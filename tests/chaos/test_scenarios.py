@@ -111,3 +111,11 @@ def test_child_crash(rows: dict[str, Result]) -> None:
     r = row(rows, "child_crash")
     assert r.evidence["after_children_runs"] == 1
     assert sorted(r.evidence["statuses"].values()) == ["CANCELLED", "CANCELLED", "COMPLETED"]
+
+
+def test_saga_compensation(rows: dict[str, Result]) -> None:
+    r = row(rows, "saga_compensation")
+    assert r.evidence["killed"] and r.evidence["copies"] > 0
+    assert all(order == [1, 0] for order in r.evidence["undone"].values()), "charge, then reserve, for every saga"
+    refund = r.evidence["refund"]
+    assert refund["runs"] >= 2 and refund["effect"] is not None, "the killed refund ran again and landed once"

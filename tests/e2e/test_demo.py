@@ -1,5 +1,6 @@
 """``loom demo`` end to end (without the chaos table): every example lands in its expected state,
-and the payment callback is completed from outside without its token reaching any output."""
+the payment callback is completed from outside without its token reaching any output, and the
+saga's failure is compensated in reverse order."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def test_the_demo_completes_a_callback_from_outside(tmp_path: Path) -> None:
     assert "the provider calls back: POST /callbacks/<token>/succeed -> 200" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("payment_webhook ")]
     assert [rows[-1][0], *rows[-1][2:]] == ["payment_webhook", "COMPLETED", "COMPLETED", "PASS"]
+    saga = [line.split() for line in text.splitlines() if line.startswith("order_saga ")]
+    assert [saga[-1][0], *saga[-1][2:]] == ["order_saga", "COMPENSATED", "COMPENSATED", "PASS"]
+    undo = [line.split()[2] for line in text.splitlines() if " undo " in line]
+    assert undo == ["charge_card", "reserve_stock"], "the refund, then the release"
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))
     assert "/callbacks/tok:" in logs  # the control plane logged the request, redacted
     assert "lcb1." not in text and "lcb1." not in logs

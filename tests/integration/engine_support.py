@@ -110,7 +110,8 @@ class WatchedStore:
     def commit_step(self, execution_id: str, index: int, name: str, attempt: Any, result: Any) -> None:
         self._count("commit_step")
         self.inner.commit_step(execution_id, index, name, attempt, result)
-        self.commits[(execution_id, index)] += 1
+        # A compensation's or a catch handler's commit is its own (``<name>#compensate``, ``<name>#catch``).
+        self.commits[(execution_id, index) if "#" not in name else (execution_id, index, name)] += 1
         if self.crash_after_commit:
             self.crash_after_commit -= 1
             raise Crash("after_commit")

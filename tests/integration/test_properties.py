@@ -1,7 +1,8 @@
 """Stateful property test: random interleavings of deliveries, duplicates, worker deaths,
 lost write answers, sweeps and clock jumps against the engine on moto's DynamoDB; and, for the
 waits, callback completions (same and other bodies), failures and heartbeats, signals, timeouts
-and child ends, in every interleaving with the rest.
+and child ends, in every interleaving with the rest; and sagas whose failure (or a cancel with
+compensate) undoes the committed steps: reverse order, committed steps only, once per commit.
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
@@ -58,6 +59,7 @@ REGION = "us-east-1"
 VISIBILITY = 360.0
 DEATHS = [*FAULT_POINTS, "after_commit", "in_step"]
 CONFIG = EngineConfig(shards=2, lease_seconds=60)
+UNDONE = (Status.COMPENSATED, Status.COMPENSATION_FAILED)
 
 
 class Flaky(Exception):
@@ -82,13 +84,55 @@ class Model:
         self.issued: list[str] = []
         self.won: dict[tuple[str, int, int], list[Any]] = defaultdict(list)
         self.signals: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        # Saga compensations, as run: (execution id, step index, the committed result it saw).
+        self.undo_runs: list[tuple[str, int, dict[str, Any]]] = []
+        # Catch handlers' results, as returned (one is committed per caught step).
+        self.caught: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
 
 
 def submit(ctx: Any, token: str) -> None:
     ctx.services["model"].issued.append(token)
 
 
-def make_step(name: str, semantics: str = "at_least_once", retry: RetryPolicy | None = None) -> Any:
+def make_undo(name: str) -> Any:
+    def undo(ctx: Any) -> dict[str, Any]:
+        model: Model = ctx.services["model"]
+        model.undo_runs.append((ctx.execution_id, ctx.step_index, dict(ctx.result or {})))
+        assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:compensate"
+        if model.die_in_step:
+            model.die_in_step = False
+            raise Crash("in_step")
+        if ctx.attempt <= int(ctx.data.get("fails", {}).get(f"undo_{name}", 0)):
+            raise Flaky(f"undo {name} fails attempt {ctx.attempt}")
+        return {f"undone_{name}": True}
+
+    undo.__name__ = f"undo_{name}"
+    return undo
+
+
+def make_catch(name: str) -> Any:
+    def handler(ctx: Any, error: dict[str, Any]) -> dict[str, Any]:
+        model: Model = ctx.services["model"]
+        assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:catch" and error.get("type")
+        if model.die_in_step:
+            model.die_in_step = False
+            raise Crash("in_step")
+        result = {f"caught_{name}": f"c#{next(model.tokens)}"}
+        model.caught[(ctx.execution_id, ctx.step_index)].append(result)
+        return result
+
+    handler.__name__ = f"catch_{name}"
+    return handler
+
+
+def make_step(
+    name: str,
+    semantics: str = "at_least_once",
+    retry: RetryPolicy | None = None,
+    *,
+    undo: bool = False,
+    catch: bool = False,
+) -> Any:
     def fn(ctx: Any) -> dict[str, Any]:
         model: Model = ctx.services["model"]
         model.runs[(ctx.execution_id, ctx.step_index, ctx.attempt)] += 1
@@ -109,7 +153,13 @@ def make_step(name: str, semantics: str = "at_least_once", retry: RetryPolicy | 
         return result
 
     fn.__name__ = name
-    return step(fn, semantics=semantics, retry=retry)
+    return step(
+        fn,
+        semantics=semantics,
+        retry=retry,
+        compensate=make_undo(name) if undo else None,
+        catch=make_catch(name) if catch else None,
+    )
 
 
 def registry() -> Registry:
@@ -130,6 +180,10 @@ def registry() -> Registry:
     add_workflow(reg, "signalled", [wait_for_signal("go", timeout=900), make_step("s")], retry=quick)
     add_workflow(reg, "kid", [make_step("k")], retry=quick)
     add_workflow(reg, "parent", [child("kid"), make_step("q")], retry=quick)
+    # fails["f"] == 3 exhausts f's retries: the saga is undone (its undo of a fails as often as "a" did).
+    saga = [make_step("a", undo=True), make_step("m"), make_step("n", undo=True), make_step("f", undo=True)]
+    add_workflow(reg, "saga", saga, retry=quick)
+    add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
     return reg
 
 
@@ -218,7 +272,8 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(workflow=st.sampled_from(WORKFLOWS), fails=st.sampled_from([0, 0, 1, 2, 3]))
     def start(self, workflow: str, fails: int) -> None:
         execution_id = f"x{len(self.ids)}"
-        _, created = self.engine.start(workflow, {"fails": {"f": fails, "a": min(fails, 1)}}, execution_id=execution_id)
+        fails_of = {"f": fails, "a": min(fails, 1), "undo_a": fails % 2}
+        _, created = self.engine.start(workflow, {"fails": fails_of}, execution_id=execution_id)
         assert created, "a new id was not reported created"
         self.ids.append(execution_id)
 
@@ -330,17 +385,18 @@ class EngineMachine(RuleBasedStateMachine):
             self.queue.messages.pop(pick % len(self.queue.messages))
 
     @precondition(lambda self: self.ids)
-    @rule(pick=st.integers(0, 3), really=st.integers(0, 3))
-    def cancel(self, pick: int, really: int) -> None:
+    @rule(pick=st.integers(0, 3), really=st.integers(0, 3), compensate=st.booleans())
+    def cancel(self, pick: int, really: int, compensate: bool) -> None:
         if really:  # cancel rarely, or few executions would get far
             return
         execution_id = self.ids[pick % len(self.ids)]
         before = self.store.inner.get_execution(execution_id)
         try:
-            self.engine.cancel(execution_id)
+            self.engine.cancel(execution_id, compensate=compensate)
         except AlreadyTerminal:
-            # Nothing else runs between the read and the cancel: only a terminal one refuses.
-            assert before.terminal, f"cancel of {before.status} {execution_id} answered AlreadyTerminal"
+            # Nothing else runs between the read and the cancel: only a terminal (or undoing) one refuses.
+            undoing = before.status is Status.COMPENSATING
+            assert before.terminal or undoing, f"cancel of {before.status} {execution_id} answered AlreadyTerminal"
             return
         self.model.cancelled.add(execution_id)
 
@@ -434,6 +490,8 @@ class EngineMachine(RuleBasedStateMachine):
                 assert ex.next_wake_at is not None, f"{execution_id} is {ex.status} with no wake time"
             elif ex.status is Status.WAITING:
                 assert ex.wait is not None and ex.wait.step == ex.current_step, f"{execution_id} WAITING on {ex.wait}"
+            elif ex.status is Status.COMPENSATING:
+                assert ex.next_wake_at is not None and ex.error is not None, f"{execution_id} COMPENSATING: {ex}"
             else:
                 assert ex.next_wake_at is None
                 first = self.first_terminal.setdefault(execution_id, ex.status)
@@ -494,6 +552,7 @@ class EngineMachine(RuleBasedStateMachine):
             assert ex.terminal
             event(f"{ex.workflow} ended {ex.status.value}")
             spec = REGISTRY.get(ex.workflow)
+            self._check_compensations(execution_id, ex, spec)
             for record in self.store.inner.history(execution_id):
                 completed = [a for a in record.attempts if a.outcome == "completed"]
                 attempts = [a.attempt for a in record.attempts]
@@ -505,7 +564,16 @@ class EngineMachine(RuleBasedStateMachine):
                     assert completed == []
                     continue
                 assert len(completed) == 1
-                assert ex.current_step > record.index or ex.status is Status.CANCELLED, (
+                if record.name.endswith("#compensate"):
+                    continue  # _check_compensations
+                if record.name.endswith("#catch"):
+                    # The handler's one committed result is in the context; the step's own record failed.
+                    assert record.result in self.model.caught[(execution_id, record.index)]
+                    (key,) = record.result
+                    if ex.current_step > record.index or ex.status in UNDONE:
+                        assert ex.context[key] == record.result[key]
+                    continue
+                assert ex.current_step > record.index or ex.status in (Status.CANCELLED, *UNDONE), (
                     f"step {record.index} committed but {execution_id} is {ex.status} at {ex.current_step}"
                 )
                 if spec.steps[record.index].is_sleep:
@@ -519,9 +587,31 @@ class EngineMachine(RuleBasedStateMachine):
                     assert ex.context[key] == record.result[key]
             if ex.status is Status.COMPLETED:
                 assert ex.current_step == len(spec.steps)
-            if ex.status is Status.FAILED:
-                assert any(d.get("execution_id") == execution_id for d in self.queue.dead), "FAILED but not in DLQ"
+            if ex.status in (Status.FAILED, Status.COMPENSATION_FAILED):
+                assert any(d.get("execution_id") == execution_id for d in self.queue.dead), "failed but not in DLQ"
             self._check_signals(execution_id, ex)
+
+    def _check_compensations(self, execution_id: str, ex: Any, spec: Any) -> None:
+        """Reverse order, committed steps only, each commit undone once (and all of them, if COMPENSATED)."""
+        history = self.store.inner.history(execution_id)
+        forward = {r.index: r for r in history if not r.name.endswith("#compensate")}
+        undo = [r for r in history if r.name.endswith("#compensate")]
+        committed = {i for i, r in forward.items() if r.status is StepStatus.COMPLETED}
+        for r in undo:
+            assert r.index in committed, f"{execution_id}: step {r.index} undone but never committed"
+            assert sum(a.outcome == "completed" for a in r.attempts) <= 1
+        for run_id, index, seen in self.model.undo_runs:
+            if run_id == execution_id:
+                assert index in committed and seen == forward[index].result, "an undo saw another result"
+        done = sorted((r.finished_at or 0.0, r.index) for r in undo if r.status is StepStatus.COMPLETED)
+        order = [i for _, i in done]
+        assert order == sorted(order, reverse=True), f"{execution_id}: undone out of reverse order: {order}"
+        if ex.status is Status.COMPENSATED:
+            owed = {i for i in committed if getattr(spec.steps[i], "compensate", None) is not None}
+            assert set(order) == owed, f"{execution_id}: COMPENSATED but undid {order} of {sorted(owed)}"
+        if undo:
+            event(f"saga ended {ex.status.value}")
+            assert ex.status in UNDONE, f"{execution_id}: compensations ran but it ended {ex.status}"
 
     def _check_wait_record(self, ex: Any, spec: Any, record: Any, attempt: int) -> bool:
         """A wait's committed result is what the outside world sent, and only the winner's."""

@@ -1,0 +1,163 @@
+"""Catching a failure: ``step(fn, catch=handler)``.
+
+When the step fails for good, the execution does not fail: it starts a new round of
+attempts of the same step (``catching`` holds the failure) in which ``handler(ctx, error)``
+runs instead of the step. The handler is a durable step of its own: history record
+``STEP#<nnn>#<name>#catch`` under the same rules (engine/history_rules.py) and adapter
+writes as any step, the step's retry policy, idempotency key ``<id>:<nnn>:catch``, and it
+always runs guarded. Its committed result merges into the context and the workflow goes
+on; the forward record keeps the failure, so history shows both. A handler that fails
+for good fails the execution (or starts its compensation) as the step would have.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from engine import steps
+from engine import transitions as tr
+from engine.error_report import BRIEF, FULL, error_info
+from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
+from engine.limits import full_detail
+from engine.outbox import execution_log
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.ports import FaultPoint
+from engine.retry import decide
+from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
+from engine.verdicts import GuardVerdict, check_guard
+from engine.workflow import Phase, StepContext, StepSpec, WorkflowSpec
+
+SUFFIX = "#" + Phase.CATCH.value
+
+
+def record_name(step_name: str) -> str:
+    return step_name + SUFFIX
+
+
+def begin(parts: Parts, ex: Execution, error: dict[str, Any], *, ran: int) -> LinkResult:
+    new, effects = tr.catching_state(ex, error, parts.clock.now(), parts.config)
+    try:
+        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        execution_log(ex).info("catch.begin_lost")
+        return LinkResult(OutcomeStatus.STALE, ran)
+    execution_log(new).warning("step.caught", error=error)
+    return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, replace(effects, written=new))
+
+
+def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    """One message of a step whose handler runs: guarded, like a redelivered forward step."""
+    log = execution_log(ex).bind(step_name=st.name, phase=Phase.CATCH.value)
+    name = record_name(st.name)
+    record = parts.store.get_step(ex.id, ex.current_step, name)
+    if record is not None and record.status is StepStatus.FAILED:
+        return steps.fail_execution(parts, ex, _last_error(record), st_name=st.name, reason="catch_failed")
+    if record is not None and any(a.attempt >= ex.attempt for a in record.attempts) and not _completed(record):
+        return _follow(parts, ex, st, record)
+    now = parts.clock.now()
+    guard = check_guard(ex, record, now, parts.config)
+    if guard.verdict is GuardVerdict.ROLL_FORWARD and record is not None:
+        log.info("catch.roll_forward")
+        return steps.advance(parts, ex, spec, record.result, ran=0)
+    if guard.verdict is GuardVerdict.IN_FLIGHT:
+        return LinkResult(OutcomeStatus.IN_FLIGHT)
+    if guard.verdict is GuardVerdict.WORKER_LOST:
+        lost = WorkerLost(f"the worker died while catch attempt {ex.attempt} of {st.name!r} ran")
+        return _fail(parts, ex, spec, st, lost, guard.marked_at or now, AttemptOutcome.WORKER_LOST)
+    marked = tr.started_state(ex, now, parts.config)
+    try:
+        parts.store.put_execution(marked, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        return LinkResult(OutcomeStatus.STALE)
+    return _run_marked(parts, marked, spec, st)
+
+
+def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    assert st.catch is not None
+    log = execution_log(ex).bind(step_name=st.name, phase=Phase.CATCH.value)
+    error = dict(ex.catching or {})
+    ctx = StepContext(
+        execution_id=ex.id,
+        workflow=ex.workflow,
+        step_index=ex.current_step,
+        step_name=st.name,
+        attempt=ex.attempt,
+        data=MappingProxyType(json.loads(canonical_json(ex.context))),
+        log=log,
+        services=parts.services,
+        phase=Phase.CATCH,
+        failure=MappingProxyType(error),
+    )
+    info = {"execution_id": ex.id, "step": ex.current_step, "attempt": ex.attempt, "phase": Phase.CATCH.value}
+    parts.faults.point(FaultPoint.BEFORE_STEP, **info)
+    started = parts.clock.now()
+    try:
+        result = steps.check_result(ex, st.catch(ctx, error))
+    except Exception as exc:
+        return _fail(parts, ex, spec, st, exc, started, AttemptOutcome.FAILED)
+    parts.faults.point(FaultPoint.AFTER_STEP, **info)
+    attempt = Attempt(ex.attempt, started, parts.clock.now(), AttemptOutcome.COMPLETED)
+    try:
+        parts.store.commit_step(ex.id, ex.current_step, record_name(st.name), attempt, result)
+    except PayloadTooLarge as exc:
+        too_large = ResultTooLarge(f"the catch handler's result did not fit its history record: {exc.message}")
+        return _fail(parts, ex, spec, st, too_large, started, AttemptOutcome.FAILED)
+    except ConflictError as exc:
+        record = exc.current if isinstance(exc.current, StepRecord) else None
+        record = record or parts.store.get_step(ex.id, ex.current_step, record_name(st.name))
+        if record is not None and _completed(record):
+            return steps.advance(parts, ex, spec, record.result, ran=1)
+        return _follow(parts, ex, st, record) if record is not None else LinkResult(OutcomeStatus.STALE, 1)
+    log.info("catch.completed")
+    return steps.advance(parts, ex, spec, result, ran=1)
+
+
+def _fail(
+    parts: Parts,
+    ex: Execution,
+    spec: WorkflowSpec,
+    st: StepSpec,
+    error: BaseException,
+    started_at: float,
+    outcome: AttemptOutcome,
+) -> LinkResult:
+    decision = decide(spec.policy_for(st), error, ex.round_attempt, parts.rng)
+    info = error_info(error, FULL if full_detail(ex.attempt) else BRIEF)
+    now = parts.clock.now()
+    attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None)
+    ran = 0 if outcome is AttemptOutcome.WORKER_LOST else 1
+    name = record_name(st.name)
+    if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
+        record = parts.store.get_step(ex.id, ex.current_step, name)
+        if record is not None and _completed(record):
+            return steps.advance(parts, ex, spec, record.result, ran=ran)
+        return _follow(parts, ex, st, record) if record is not None else LinkResult(OutcomeStatus.STALE, ran)
+    if not decision.retry:
+        return steps.fail_execution(parts, ex, error, st_name=st.name, reason=f"catch_{decision.reason}", ran=ran)
+    return steps.schedule_retry(parts, ex, st, decision.delay, info, ran=ran)
+
+
+def _follow(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord | None) -> LinkResult:
+    """This attempt's failure is recorded (its writer may have died before the state write)."""
+    if record is None:
+        return LinkResult(OutcomeStatus.STALE)
+    if record.status is StepStatus.FAILED:
+        return steps.fail_execution(parts, ex, _last_error(record), st_name=st.name, reason="catch_failed")
+    recorded = next((a for a in record.attempts if a.attempt == ex.attempt), None)
+    if recorded is None:
+        return LinkResult(OutcomeStatus.STALE)
+    due = recorded.finished_at + (recorded.retry_delay or 0.0)
+    return steps.schedule_retry(parts, ex, st, max(0.0, due - parts.clock.now()), recorded.error, ran=0)
+
+
+def _completed(record: StepRecord) -> bool:
+    return record.status is StepStatus.COMPLETED
+
+
+def _last_error(record: StepRecord) -> dict[str, Any]:
+    last = record.attempts[-1] if record.attempts else None
+    return (last.error if last else None) or record.error or {}
