@@ -640,7 +640,12 @@ class EngineMachine(RuleBasedStateMachine):
         ]
         assert len(named) == len(set(named)), f"a signal fed two waits: {named}"
         consumed = sorted(s.key for s in signals if s.consumed_by is not None)
-        assert consumed == sorted(named), f"consumed {consumed}, committed {named}"
+        assert set(consumed) <= set(named), f"consumed {consumed}, but only {named} were committed"
+        # The commit naming a signal is its consumption; the mark is bookkeeping that the roll
+        # forward finishes. An execution ended by a cancel (or a failure) between the two has no
+        # later wait to feed, so its committed signal may stay unmarked.
+        if ex is None or ex.status not in (Status.CANCELLED, Status.FAILED):
+            assert consumed == sorted(named), f"consumed {consumed}, committed {named}"
 
 
 def test_engine_invariants_hold_under_random_interleavings():
