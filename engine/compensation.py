@@ -25,15 +25,13 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from engine import steps
 from engine import transitions as tr
-from engine.error_report import BRIEF, FULL, error_info
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
-from engine.limits import full_detail
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
-from engine.retry import decide
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
 from engine.verdicts import CompensationVerdict, check_compensation
 from engine.workflow import Phase, StepContext, StepSpec, WorkflowSpec
@@ -219,11 +217,10 @@ def fail_attempt(
     outcome: AttemptOutcome,
 ) -> LinkResult:
     """Record a failed compensation attempt; retry it by its policy, or give up."""
-    decision = decide(spec.compensation_policy_for(st), error, ex.round_attempt, parts.rng)
-    info = error_info(error, FULL if full_detail(ex.attempt) else BRIEF)
-    now = parts.clock.now()
-    attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None)
-    ran = 0 if outcome is AttemptOutcome.WORKER_LOST else 1
+    decision, attempt, ran = steps.judge_failure(
+        parts, ex, spec.compensation_policy_for(st), error, started_at=started_at, outcome=outcome
+    )
+    info = attempt.error or {}
     name = record_name(st.name)
     if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, name)

@@ -29,7 +29,7 @@ from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
-from engine.retry import decide
+from engine.retry import RetryDecision, RetryPolicy, decide
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
 from engine.workflow import NOT_YET, SleepSpec, StepContext, StepSpec, WorkflowSpec
 
@@ -163,6 +163,25 @@ def wake(parts: Parts, ex: Execution) -> LinkResult:
     return done
 
 
+def judge_failure(
+    parts: Parts,
+    ex: Execution,
+    policy: RetryPolicy,
+    error: BaseException,
+    *,
+    started_at: float,
+    outcome: AttemptOutcome,
+    detail: dict[str, Any] | None = None,
+) -> tuple[RetryDecision, Attempt, int]:
+    """A failed attempt of a step, a compensation or a catch: the policy's decision, the
+    attempt record (its error bounded by the attempt number), and how many bodies ran."""
+    decision = decide(policy, error, ex.round_attempt, parts.rng)
+    info = error_info(error, FULL if full_detail(ex.attempt) else BRIEF)
+    delay = decision.delay if decision.retry else None
+    attempt = Attempt(ex.attempt, started_at, parts.clock.now(), outcome, info, delay, detail)
+    return decision, attempt, 0 if outcome is AttemptOutcome.WORKER_LOST else 1
+
+
 def fail_attempt(
     parts: Parts,
     ex: Execution,
@@ -181,11 +200,10 @@ def fail_attempt(
     committed before advancing); by default the execution simply advances.
     """
     log = execution_log(ex).bind(step_name=st.name)
-    now = parts.clock.now()
-    decision = decide(spec.policy_for(st), error, ex.round_attempt, parts.rng)
-    info = error_info(error, FULL if full_detail(ex.attempt) else BRIEF)
-    attempt = Attempt(ex.attempt, started_at, now, outcome, info, decision.delay if decision.retry else None, detail)
-    ran = 0 if outcome is AttemptOutcome.WORKER_LOST else 1
+    decision, attempt, ran = judge_failure(
+        parts, ex, spec.policy_for(st), error, started_at=started_at, outcome=outcome, detail=detail
+    )
+    info = attempt.error
     if not _record_failure(parts, ex, st, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, st.name)
         if record is not None and record.status is StepStatus.COMPLETED:
