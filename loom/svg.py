@@ -45,48 +45,50 @@ def _num(value: float) -> str:
 
 def spans(rows: Sequence[Mapping[str, object]], total: float, title: str, width: int = 520) -> str:
     """One lane per span (``kind``: run, fault, recovery; ``label``; ``start``/``end`` in
-    seconds); a span with no length is drawn as a marker."""
-    left, lane, top = 8, 22, 8
+    seconds), its label above it; a span with no length is drawn as a diamond."""
+    left, right, lane, top = 16, 24, 26, 4
     total = max(total, max((float(str(r.get("end", 0))) for r in rows), default=0.0), 1e-9)
-    scale = (width - 2 * left) / total
+    scale = (width - left - right) / total
     height = top + lane * len(rows) + 24
     parts = [_open(width, height, title)]
     for i, r in enumerate(rows):
         start, end = float(str(r.get("start", 0))), float(str(r.get("end", 0)))
         colour = KIND_COLOUR.get(str(r.get("kind")), PALETTE[0])
-        x, y = left + start * scale, top + i * lane
+        x, y = left + start * scale, top + i * lane + 13  # y: the bar's top; its label sits above
         label = f"{r.get('label', '')} ({_num(start)}s" + (f" - {_num(end)}s)" if end > start else ")")
         if end > start:
             tag = "rect"
             shape = (
-                f'<rect x="{x:.1f}" y="{y}" width="{max(2.0, (end - start) * scale):.1f}" height="14" fill="{colour}">'
+                f'<rect x="{x:.1f}" y="{y}" width="{max(2.0, (end - start) * scale):.1f}" height="9" fill="{colour}">'
             )
         else:  # a moment: a diamond
             tag = "path"
-            shape = f'<path d="M{x:.1f} {y} l6 7 l-6 7 l-6 -7 z" fill="{colour}">'
+            shape = f'<path d="M{x:.1f} {y - 1} l5.5 5.5 l-5.5 5.5 l-5.5 -5.5 z" fill="{colour}">'
         parts.append(f"{shape}<title>{esc(label)}</title></{tag}>")
-        text_x = min(x + 10, width - 160)
-        parts.append(f'<text x="{text_x:.1f}" y="{y + 11}" fill="#202124">{esc(label)}</text>')
+        anchor = "end" if x > width * 0.6 else "start"  # keep the label inside the picture
+        text_x = min(x, width - right) if anchor == "end" else x
+        parts.append(f'<text x="{text_x:.1f}" y="{y - 3}" text-anchor="{anchor}" fill="#202124">{esc(label)}</text>')
     axis_y = top + lane * len(rows) + 4
-    parts.append(f'<line x1="{left}" y1="{axis_y}" x2="{width - left}" y2="{axis_y}" stroke="#5f6368"/>')
+    parts.append(f'<line x1="{left}" y1="{axis_y}" x2="{width - right}" y2="{axis_y}" stroke="#5f6368"/>')
     for t in nice_ticks(total, 4):
         if t <= total:
-            parts.append(f'<text x="{left + t * scale:.1f}" y="{axis_y + 14}" fill="#3c4043">{_num(t)}s</text>')
+            x = left + t * scale
+            parts.append(f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle" fill="#3c4043">{_num(t)}s</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def bars(groups: Mapping[str, Mapping[str, float]], title: str, unit: str, width: int = 640, height: int = 260) -> str:
+def bars(groups: Mapping[str, Mapping[str, float]], title: str, unit: str, width: int = 800, height: int = 280) -> str:
     """Grouped bars: one group per measure (``groups[measure][series] = value``)."""
-    series = sorted({s for g in groups.values() for s in g})
-    left, bottom, top = 56, 40, 28
+    series = list(dict.fromkeys(s for g in groups.values() for s in g))  # in the order given
+    left, bottom, top = 56, 40, 44
     plot_h = height - bottom - top
     high = max((v for g in groups.values() for v in g.values()), default=1.0)
     ticks = nice_ticks(high)
     scale = plot_h / ticks[-1]
     slot = (width - left - 8) / max(1, len(groups))
     bar_w = max(4.0, (slot - 12) / max(1, len(series)))
-    parts = [_open(width, height, title), _legend(series, left, 14)]
+    parts = [_open(width, height, title), _legend(series, left, 14)]  # legend on top, the unit under it
     parts += _y_axis(ticks, scale, left, top, plot_h, width, unit)
     for gi, (measure, values) in enumerate(groups.items()):
         x0 = left + gi * slot + 6
@@ -101,7 +103,9 @@ def bars(groups: Mapping[str, Mapping[str, float]], title: str, unit: str, width
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
                 f'fill="{PALETTE[si % len(PALETTE)]}"><title>{esc(tip)}</title></rect>'
             )
-        parts.append(f'<text x="{x0:.1f}" y="{height - bottom + 16}" fill="#202124">{esc(measure)}</text>')
+        middle = x0 + len(series) * bar_w / 2
+        y = height - bottom + 16
+        parts.append(f'<text x="{middle:.1f}" y="{y}" text-anchor="middle" fill="#202124">{esc(measure)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -116,8 +120,8 @@ def lines(
 ) -> str:
     """Lines over a log-10 x axis (sizes that grow by tens), linear y from 0."""
     points = [p for s in series.values() for p in s if p[0] > 0]
-    left, bottom, top = 56, 44, 28
-    plot_w, plot_h = width - left - 16, height - bottom - top
+    left, bottom, top = 56, 44, 44
+    plot_w, plot_h = width - left - 32, height - bottom - top
     lo = math.floor(math.log10(min((p[0] for p in points), default=1)))
     hi = max(lo + 1, math.ceil(math.log10(max((p[0] for p in points), default=10))))
     ticks = nice_ticks(max((p[1] for p in points), default=1.0))
@@ -130,7 +134,9 @@ def lines(
     parts += _y_axis(ticks, y_scale, left, top, plot_h, width, y_label)
     for e in range(lo, hi + 1):
         x, _ = at(10.0**e, 0)
-        parts.append(f'<text x="{x - 8:.1f}" y="{top + plot_h + 16}" fill="#3c4043">{_num(10.0**e)}</text>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{top + plot_h + 16}" text-anchor="middle" fill="#3c4043">{_num(10.0**e)}</text>'
+        )
     parts.append(f'<text x="{left + plot_w / 2 - 40:.1f}" y="{height - 6}" fill="#202124">{esc(x_label)}</text>')
     for i, (name, pts) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
@@ -164,5 +170,5 @@ def _y_axis(
         y = top + plot_h - t * scale
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 8}" y2="{y:.1f}" stroke="#dadce0"/>')
         out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#3c4043">{_num(t)}</text>')
-    out.append(f'<text x="4" y="{top - 10}" fill="#202124">{esc(unit)}</text>')
+    out.append(f'<text x="4" y="{top - 12}" fill="#202124">{esc(unit)}</text>')  # under the legend
     return out
