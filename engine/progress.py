@@ -9,7 +9,7 @@ does not have), and then only what the item says is told.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -38,6 +38,9 @@ class State:
     kind: StateKind
     reason: str  # one readable line
     until: float | None = None  # the wake time: sleep end, retry time, wait deadline
+    # The step it is at (None once terminal): a reader marks that row, and only while the
+    # row's record is not newer than this state (the two are read one after the other).
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,11 @@ def _step_name(ex: Execution, spec: WorkflowSpec | None, index: int) -> str:
 
 
 def state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
-    """What the execution is doing now, in one line, and until when."""
+    """What the execution is doing now, in one line, until when, and at which step."""
+    return replace(_state(ex, spec, now), step=None if ex.terminal else ex.current_step)
+
+
+def _state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
     if ex.terminal:
         return _terminal(ex, spec)
     name = _step_name(ex, spec, ex.current_step)

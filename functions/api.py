@@ -28,6 +28,8 @@ Reading aids (engine/progress.py; the CLI's history and the console draw from th
 |                          |                      | in order; empty once terminal or compensating         |
 | .../history              | ``events``           | ``[{kind, at, at_epoch, ...}]``: started, cancelled   |
 |                          |                      | (``compensate``), and the end (``error``: one line)   |
+| both                     | ``state.step``       | the step it is at; null once terminal                 |
+| both                     | ``read_at``          | the control plane's clock when it answered (+ epoch)  |
 
 Errors are ``{"error": {"code", "message"}}``: 400 bad JSON, unknown workflow, bad id or
 parameter; 413 payload over an AWS limit; 404 unknown path or execution; 405 wrong
@@ -122,8 +124,9 @@ def status(request: Request) -> dict[str, Any]:
     ex = wiring.engine().get(request.params["id"])
     body = views.execution(ex, _step_names(ex.workflow))
     body["children"] = children.children_of(wiring.engine(), ex)  # parent: views.execution
-    body["state"] = views.state(progress.state(ex, _spec(ex.workflow), wiring.engine().clock.now()))
-    return response(200, body)
+    now = wiring.engine().clock.now()
+    body["state"] = views.state(progress.state(ex, _spec(ex.workflow), now))
+    return response(200, body | views.read_at(now))
 
 
 def history(request: Request) -> dict[str, Any]:
@@ -133,12 +136,14 @@ def history(request: Request) -> dict[str, Any]:
     ex, records = control.timeline(engine, execution_id)
     spec = _spec(ex.workflow)
     kinds = progress.step_kinds(spec)
+    now = engine.clock.now()
     body = {
         "id": execution_id,
         "steps": [views.step(r, kinds) for r in records],
         "pending": views.pending(progress.pending(ex, records, spec)),
-        "state": views.state(progress.state(ex, spec, engine.clock.now())),
+        "state": views.state(progress.state(ex, spec, now)),
         "events": [views.event(e) for e in progress.events(ex, records)],
+        **views.read_at(now),
     }
     return response(200, body)
 

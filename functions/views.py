@@ -106,7 +106,13 @@ def step(record: StepRecord, kinds: list[str] | None = None) -> dict[str, Any]:
 
 
 def state(found: progress.State) -> dict[str, Any]:
-    return {"kind": found.kind.value, "reason": found.reason, **_times(until=found.until)}
+    return {"kind": found.kind.value, "reason": found.reason, "step": found.step, **_times(until=found.until)}
+
+
+def read_at(now: float) -> dict[str, Any]:
+    """The control plane's clock when it answered: relative times (``in 59m``) count from it,
+    which differs from the reader's clock under ``loom time advance``."""
+    return _times(read_at=now)
 
 
 def pending(steps: list[progress.Pending]) -> list[dict[str, Any]]:

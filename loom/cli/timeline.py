@@ -129,11 +129,16 @@ def _mark_current(rows: list[dict[str, Any]], body: dict[str, Any], now: float, 
     kind = str(state.get("kind", ""))
     if kind not in ROW_STATES:
         return
-    for row in rows:  # the first forward step not done is the current one
-        if row.get("phase", "forward") == "forward" and row.get("status") in ("pending", "RUNNING", "RETRYING"):
+    at = state.get("step")  # absent from an older control plane: the first step not done
+    for row in rows:
+        if row.get("phase", "forward") != "forward" or (at is not None and row.get("index") != at):
+            continue
+        if row.get("status") in ("pending", "RUNNING", "RETRYING"):
             row["status"] = kind.upper()
             row["note"] = local_reason(state, now, tz)
             return
+        if at is not None:
+            return  # the row's record is newer than the state (read just before it): it says more
 
 
 def rows_of(
@@ -162,7 +167,12 @@ def event_line(event: dict[str, Any], now: float, tz: tzinfo | None = None) -> s
 
 
 def render(body: dict[str, Any], now: float, tz: tzinfo | None = None, traceback: bool = False) -> str:
-    """The whole history as text, deterministic in ``now`` and ``tz`` (``loom watch`` compares it)."""
+    """The whole history as text, deterministic in ``now`` and ``tz`` (``loom watch`` compares it).
+
+    ``now`` is the control plane's clock when it says (``read_at``): under ``loom time advance``
+    the reader's clock is not the functions', and "in 59m" must count in theirs."""
+    read_at = body.get("read_at_epoch")
+    now = float(read_at) if isinstance(read_at, (int, float)) else now
     out = io.StringIO()
     state = state_of(body)
     if state:

@@ -22,11 +22,13 @@ def test_a_sleeping_execution_says_until_when_and_what_is_left(fn: Functions) ->
         assert body["state"] == {
             "kind": "sleeping",
             "reason": "sleeping until 2026-12-01 23:52:00Z",
+            "step": 2,
             "until": "2026-12-01T23:52:00.000Z",
             "until_epoch": body["next_wake_at_epoch"],
         }
         history = fn.api("GET", "/executions/s1/history")[1]
     assert history["state"] == body["state"]
+    assert history["read_at"] == body["read_at"] == "2026-12-01T22:52:00.000Z"
     assert [(s["name"], s["kind"]) for s in history["steps"]] == [
         ("reserve_inventory", "step"),
         ("charge_payment", "step"),

@@ -51,7 +51,7 @@ def sleeping_body() -> dict:
         },
     ]
     pending = [{"index": 2, "name": "sleep_1h", "kind": "sleep"}, {"index": 3, "name": "ship", "kind": "step"}]
-    state = {"kind": "sleeping", "reason": "sleeping until 2026-12-01 23:52:00Z", "until_epoch": NOW + 3600}
+    state = {"kind": "sleeping", "reason": "sleeping until 2026-12-01 23:52:00Z", "until_epoch": NOW + 3600, "step": 2}
     events = [{"kind": "started", "at_epoch": NOW - 80}]
     return {"id": "e1", "steps": steps, "pending": pending, "state": state, "events": events}
 
@@ -148,3 +148,17 @@ def test_an_older_control_plane_without_the_new_fields_still_prints(capsys: pyte
         "a",
         "COMPLETED",
     ]
+
+
+def test_relative_times_count_in_the_control_planes_clock() -> None:
+    body = sleeping_body() | {"read_at_epoch": NOW + 7200}  # `loom time advance 2h`: the wake is past
+    assert timeline.render(body, NOW, UTC).splitlines()[0] == "e1  SLEEPING  sleeping until Dec 01 23:52 (1h00m ago)"
+
+
+def test_a_record_newer_than_the_state_is_not_overwritten() -> None:
+    body = sleeping_body()
+    # The sleep ended between the two reads: its record says COMPLETED, the state still sleeping.
+    body["steps"].append({"index": 2, "name": "sleep_1h", "kind": "sleep", "status": "COMPLETED", "attempts": []})
+    body["pending"] = [{"index": 3, "name": "ship", "kind": "step"}]
+    rows = timeline.rows_of(body, NOW, UTC)
+    assert [(r["name"], r["status"]) for r in rows[2:]] == [("sleep_1h", "COMPLETED"), ("ship", "pending")]

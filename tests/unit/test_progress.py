@@ -42,7 +42,7 @@ def test_step_kinds_come_from_the_workflow() -> None:
 
 def test_sleeping_says_until_when() -> None:
     found = progress.state(ex(status=Status.SLEEPING, current_step=2, next_wake_at=T0 + 3600), SPEC, T0)
-    assert found == progress.State(progress.StateKind.SLEEPING, "sleeping until 2026-12-01 01:00:00Z", T0 + 3600)
+    assert found == progress.State(progress.StateKind.SLEEPING, "sleeping until 2026-12-01 01:00:00Z", T0 + 3600, 2)
 
 
 def test_retrying_names_the_step_the_attempt_and_the_time() -> None:
@@ -51,7 +51,7 @@ def test_retrying_names_the_step_the_attempt_and_the_time() -> None:
     assert found.reason == "retrying step charge (attempt 3) at 2026-12-01 00:00:10Z"
     # Once the retry time has passed, the attempt is (about to be) running.
     later = progress.state(ex(current_step=1, attempt=3, ready_at=T0 + 10), SPEC, T0 + 11)
-    assert later == progress.State(progress.StateKind.RUNNING, "running step charge (attempt 3)")
+    assert later == progress.State(progress.StateKind.RUNNING, "running step charge (attempt 3)", step=1)
 
 
 def test_waiting_for_a_callback_shows_its_timeout() -> None:
@@ -69,6 +69,7 @@ def test_terminal_states_carry_the_one_line_cause() -> None:
     error = {"type": "KeyError", "message": "'user'", "traceback": [{"file": "f.py", "line": 3, "function": "g"}]}
     failed = progress.state(ex(status=Status.FAILED, current_step=1, error=error), SPEC, T0)
     assert failed.reason == "failed at step charge: KeyError: 'user' (at f.py:3 in g)"
+    assert failed.step is None, "no current step once terminal"
     assert progress.state(ex(status=Status.CANCELLED, current_step=1), SPEC, T0).reason == "cancelled at step charge"
     done = progress.state(ex(status=Status.COMPENSATED, error={"type": "Boom", "message": "x"}), SPEC, T0)
     assert done.kind is progress.StateKind.COMPENSATED and done.reason == "compensated after: Boom: x"
