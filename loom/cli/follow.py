@@ -92,7 +92,8 @@ def watch(client: ControlPlane, args: argparse.Namespace, pace: Pace | None = No
         page = timeline.render(body, pace.now(), traceback=args.traceback)
         # A terminal redraws when the text does (its countdowns move); a pipe or a file only
         # gets a new page when the execution changed, not for every tick of a countdown.
-        key = page if in_place else json.dumps(body, sort_keys=True)
+        same = {k: v for k, v in body.items() if not k.startswith("read_at")}  # the clock always moves
+        key = page if in_place else json.dumps(same, sort_keys=True)
         if key != shown:
             out.write(CLEAR if in_place else ("" if shown is None else "\n"))
             out.write(page)
