@@ -163,6 +163,7 @@ EXECUTION_FIELDS = [
     ("id", "id"),
     ("workflow", "workflow"),
     ("status", "status"),
+    ("doing", "doing"),
     ("current_step", "step"),
     ("current_step_name", "step name"),
     ("attempt", "attempt"),
@@ -196,8 +197,11 @@ def status(client: ControlPlane, args: argparse.Namespace) -> int:
     body = client.status(args.id)
     if args.json:
         output.as_json(body)
-    else:
-        output.fields(body, EXECUTION_FIELDS)
+        return 0
+    state = timeline.state_of(body)
+    if state:  # what it is doing, in the reader's time zone (an older control plane has no state)
+        body = {**body, "doing": timeline.local_reason(state, float(body.get("read_at_epoch") or time.time()))}
+    output.fields(body, [f for f in EXECUTION_FIELDS if f[0] != "doing" or state])
     return 0
 
 

@@ -73,6 +73,8 @@ def test_wait_gives_up_after_its_timeout(
     assert "w-slow is still RUNNING after 5s" in err
     assert hands.pauses == [2.0, 2.0, 1.0], "the last pause ends at the deadline, not past it"
     assert loom(capsys, "wait", "nobody", "--timeout", "1")[0] == 1  # an API error is an error
+    code, out, _ = loom(capsys, "status", "w-slow")
+    assert code == 0 and "doing:" in out and "running step stage_0 (attempt 1)" in out
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "soon", "nan"])
