@@ -92,6 +92,29 @@ def _last_cause(step: dict[str, Any]) -> str:
     return one_line(error) if isinstance(error, dict) else str(error or "")
 
 
+MAX_ITEMS = 20  # a map's items shown under its row; the API pages the rest
+
+
+def item_lines(step: dict[str, Any]) -> list[str]:
+    """A map's or parallel's items (``items`` in the history, when the step has them), nested."""
+    items = [i for i in step.get("items") or [] if isinstance(i, dict)]
+    lines = []
+    for item in items[:MAX_ITEMS]:
+        tries = len(item.get("attempts") or [])
+        took = duration(item.get("duration_seconds"))
+        text = f"item {item.get('index')}: {item.get('status', '?')}, {tries} attempt(s), {took}"
+        errors = [
+            a["error"] for a in item.get("attempts") or [] if isinstance(a, dict) and isinstance(a.get("error"), dict)
+        ]
+        lines.append(text + (f": {one_line(errors[-1])}" if errors else ""))
+    more = len(items) - MAX_ITEMS
+    if more > 0:
+        lines.append(f"... and {more} more item(s) (`loom history --json` has them all)")
+    if step.get("items_next"):
+        lines.append("... more items on the API's next page (items_next)")
+    return lines
+
+
 def _step_row(step: dict[str, Any], now: float, tz: tzinfo | None, traceback: bool) -> dict[str, Any]:
     lines = attempt_lines(step, traceback)
     # One failure with nothing more to say fits the row; several, a delay or a trace go under it.
@@ -102,7 +125,7 @@ def _step_row(step: dict[str, Any], now: float, tz: tzinfo | None, traceback: bo
         "started": local_time(step.get("started_at_epoch"), now, tz),
         "took": duration(step.get("duration_seconds")),
         "note": _last_cause(step) if brief else "",
-        "details": [] if brief else lines,
+        "details": ([] if brief else lines) + item_lines(step),
     }
 
 

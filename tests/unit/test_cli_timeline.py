@@ -162,3 +162,17 @@ def test_a_record_newer_than_the_state_is_not_overwritten() -> None:
     body["pending"] = [{"index": 3, "name": "ship", "kind": "step"}]
     rows = timeline.rows_of(body, NOW, UTC)
     assert [(r["name"], r["status"]) for r in rows[2:]] == [("sleep_1h", "COMPLETED"), ("ship", "pending")]
+
+
+def test_a_maps_items_are_nested_under_its_row() -> None:
+    items = [
+        {"index": i, "status": "COMPLETED", "attempts": [attempt(1, "completed")], "duration_seconds": 0.5}
+        for i in range(22)
+    ]
+    items[1] = {"index": 1, "status": "RETRYING", "attempts": [attempt(1, "failed", {"type": "E", "message": "m"})]}
+    body = {"id": "m", "steps": [{"index": 0, "name": "fan", "kind": "map", "status": "RUNNING", "items": items}]}
+    lines = timeline.render(body | {"steps": [body["steps"][0] | {"items_next": "c"}]}, NOW, UTC).splitlines()
+    nested = [line.strip() for line in lines if line.startswith("      ")]
+    assert nested[0] == "item 0: COMPLETED, 1 attempt(s), 0.50s"
+    assert nested[1] == "item 1: RETRYING, 1 attempt(s), -: E: m"
+    assert len(nested) == 20 + 2 and nested[-2].startswith("... and 2 more item(s)") and "items_next" in nested[-1]
