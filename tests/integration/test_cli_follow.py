@@ -187,3 +187,27 @@ def test_logs_follow_prints_new_lines_as_they_come(tmp_path: Path) -> None:
     assert events == ["step.started", "step.completed", "step.started"], (
         "a line written in two parts prints once, whole"
     )
+
+
+def test_watch_on_a_terminal_redraws_in_place_as_the_countdown_moves() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    state = {"kind": "sleeping", "reason": "sleeping until x", "until_epoch": 1060.0, "step": 0}
+    answers = [
+        {"id": "t", "steps": [], "pending": [{"index": 0, "name": "nap", "kind": "sleep"}], "state": state},
+        {"id": "t", "steps": [], "pending": [], "state": {"kind": "completed", "reason": "completed"}},
+    ]
+
+    class Client:
+        def history(self, execution_id: str) -> dict:
+            return answers[0] if len(hands.pauses) < 2 else answers[1]
+
+    hands = Hands()
+    out = Tty()
+    args = argparse.Namespace(id="t", interval=30.0, traceback=False)
+    assert follow.watch(Client(), args, hands.pace(), out) == 0  # type: ignore[arg-type]
+    pages = out.getvalue().split(follow.CLEAR)[1:]
+    assert len(pages) == 3, "the same answer redrawn once because its countdown moved, then the end"
+    assert "(in 1m00s)" in pages[0] and "(in 30.0s)" in pages[1] and pages[2].startswith("t  COMPLETED")
