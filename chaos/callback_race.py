@@ -125,7 +125,7 @@ def run(t: Target, r: Result) -> None:
     r.observed = (
         f"winners: {dict(Counter(outcomes.values()))}; timeout race: API {answer.get('status')}, history {took}"
     )
-    r.recovery_seconds = round(done - first, 2)
+    r.recovered(first, done)
     r.evidence.update(winners=outcomes, timeout_race={"api": answer.get("status"), "history": took})
     verify(r, t, w, [*ids, racer], api_check=True)
 

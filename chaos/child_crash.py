@@ -50,7 +50,7 @@ def run(t: Target, r: Result) -> None:
     r.injected = "crash hook after each child's last checkpoint; cancel of a parent whose child holds 3 s"
     pair = f"{statuses[cancelled]}/{statuses[running_kid]}"
     r.observed = f"parent {statuses[parent]} (next step ran {runs}x); cancelled pair {pair}"
-    r.recovery_seconds = round(done - first, 2)
+    r.recovered(first, done)
     r.evidence.update(statuses=statuses, after_children_runs=runs)
     # A parent's child steps commit the child's output, whose effect keys are the child's own.
     verify(r, t, w, kids)

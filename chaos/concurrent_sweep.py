@@ -72,7 +72,7 @@ def run(t: Target, r: Result) -> None:
         f"sleepers: sweepers woke {[x.get('woken') for x in pair]}, lost {[x.get('skipped') for x in pair]}; "
         f"each woken {set(wakes)}x"
     )
-    r.recovery_seconds = round(recovered - due_at, 2)
+    r.recovered(due_at, recovered)
     r.evidence.update(
         ticks=len(ticks),
         redriven_inflight=redriven_inflight,

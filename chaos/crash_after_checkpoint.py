@@ -42,7 +42,7 @@ def run(t: Target, r: Result) -> None:
         f"stalled at step {CRASH_STEP + 1} (v{stall_version}) for {stall_for or 0:.1f}s; "
         f"sweeper re-drove it (reclaim v{stall_version + 1}); {ex.status.value}"
     )
-    r.recovery_seconds = round(recovered - stall_seen, 2)
+    r.recovered(stall_seen, recovered)
     bound = (lease_due - fn_now if lease_due else 2 * t.lease) + 2 * tick + 5
     r.evidence.update(
         stall_version=stall_version,

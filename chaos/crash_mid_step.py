@@ -53,7 +53,7 @@ def run(t: Target, r: Result) -> None:
         f"{ex.status.value}; charge ran {entry['runs']}x under {key}, landed once "
         f"({entry['duplicates']} duplicate apply refused)" + ("; pool replaced the worker" if local else "")
     )
-    r.recovery_seconds = round(recovered - crashed_at, 2)
+    r.recovered(crashed_at, recovered)
     r.evidence.update(
         pid=pid, killed=killed, ledger=entry, pids_before=sorted(pids_before), pids_after=sorted(pids_after)
     )

@@ -71,7 +71,7 @@ def run(t: Target, r: Result) -> None:
         f"{EXECUTIONS}x{STEPS} steps committed once; {effects} effects; "
         f"{total - extra_runs} copies no-op'd as stale, {extra_runs} re-ran a step whose commit lost"
     )
-    r.recovery_seconds = round(recovered - first_fault, 2)
+    r.recovered(first_fault, recovered)
     r.evidence.update(
         copies=total, extra_body_runs=extra_runs, effects=effects, queue_after=depth, standard_delivery=delivery
     )

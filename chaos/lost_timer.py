@@ -53,7 +53,7 @@ def run(t: Target, r: Result) -> None:
     late = {eid: round(woke_wall[eid] - due_wall[eid], 2) for eid in (napper, backer)}
     r.injected = f"PurgeQueue with {before.get('Delayed', 0)} delayed message(s) (wake + retry) pending"
     r.observed = f"sweeper woke the sleeper {late[napper]:+.1f}s and the retry {late[backer]:+.1f}s from next_wake_at"
-    r.recovery_seconds = round(recovered - lost_at, 2)
+    r.recovered(lost_at, recovered)
     r.evidence.update(depth_before=before, depth_after=after, lateness=late, time_travel=skip)
     verify(r, t, w, [napper, backer])
     r.expect(before.get("Delayed", 0) >= 1, f"no delayed message was pending to lose: {before}")

@@ -69,7 +69,8 @@ def run(t: Target, r: Result) -> None:
         f"{attempts[raiser]}/{attempts[killer]} attempts; DLQ redrive of {len(parked)} -> "
         + ", ".join(sorted({ex.status.value for ex in done.values()}))
     )
-    r.recovery_seconds = round(recovered - fixed_at, 2)
+    r.span("fault", "poisoned attempts until FAILED", started, failed_at)
+    r.recovered(fixed_at, recovered)
     r.evidence.update(errors=errors, attempts=attempts, dlq=sorted(parked), redrive=answer)
     verify(r, t, w, [raiser, killer], Expect(status="COMPLETED", redrives=1))
     for eid in (raiser, killer):

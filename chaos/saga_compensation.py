@@ -90,7 +90,7 @@ def run(t: Target, r: Result) -> None:
         f"compensations {undone}; the killed refund ran {refund.get('runs')}x, landed once "
         f"({refund.get('duplicates')} duplicate apply refused)"
     )
-    r.recovery_seconds = round(recovered - crashed_at, 2)
+    r.recovered(crashed_at, recovered)
     r.evidence.update(copies=copies, killed=killed, refund=refund, undone=undone)
     verify(r, t, w, ids, Expect(status="COMPENSATED"))
     r.expect(killed, f"{what} was already gone")

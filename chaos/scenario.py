@@ -30,6 +30,25 @@ class Result:
     reason: str = ""  # why it was skipped, or the error that ended it
     violations: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+    # Wall-clock start of the run, and its marked spans in seconds from it:
+    # {"kind": "fault" | "recovery", "label", "start", "end"} (the HTML report draws them).
+    started_at: float | None = None
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+    def span(self, kind: str, label: str, start: float, end: float | None = None) -> None:
+        """Mark ``start``..``end`` (wall times, ``time.time()``); a point when ``end`` is None."""
+        origin = self.started_at if self.started_at is not None else start
+        stop = start if end is None else max(start, end)
+        self.timeline.append(
+            {"kind": kind, "label": label, "start": round(start - origin, 3), "end": round(stop - origin, 3)}
+        )
+
+    def recovered(self, fault_at: float, recovered_at: float) -> None:
+        """The recovery time, from the fault (or the end of it) to the moment all was well again."""
+        self.recovery_seconds = round(max(0.0, recovered_at - fault_at), 2)
+        if not any(m["kind"] == "fault" for m in self.timeline):  # a scenario may have marked a fault span
+            self.span("fault", self.fault, fault_at)
+        self.span("recovery", f"recovered in {self.recovery_seconds:.1f}s", fault_at, recovered_at)
 
     @property
     def passed(self) -> bool:
@@ -108,6 +127,7 @@ def execute(scenario: Scenario, target: Target) -> Result:
         result.status, result.reason = SKIP, reason
         return result
     started = time.monotonic()
+    result.started_at = time.time()  # the origin of the result's timeline
     try:
         scenario.run(target, result)
     except Exception as exc:  # the row says what broke; the exit code says it failed

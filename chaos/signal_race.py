@@ -69,7 +69,7 @@ def run(t: Target, r: Result) -> None:
             r.fail(f"{eid}: {v}")
     r.injected = f"2 bursts of {BURST} concurrent signals (one before the wait), 1 after the end"
     r.observed = f"one consumed per wait, {BURST - 1} kept each; the late one refused 409 with nothing written"
-    r.recovery_seconds = round(done - first, 2)
+    r.recovered(first, done)
     r.evidence.update(signals=consumed, late_status=late[0])
     verify(r, t, w, [early, at_wait])
 

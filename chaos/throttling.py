@@ -40,7 +40,8 @@ def run(t: Target, r: Result) -> None:
     r.observed = (
         ", ".join(f"{k.split(':')[1]} x{v}" for k, v in sorted(counts.items())) + "; all retried, all COMPLETED"
     )
-    r.recovery_seconds = round(max(0.0, recovered - calm_at), 2)
+    r.span("fault", "throttle window", opened, calm_at)
+    r.recovered(calm_at, recovered)
     r.evidence.update(throttled=counts, window_opened=opened, passed=dict(proxy.passed))
     verify(r, t, w, ids)
     r.expect(sum(counts.values()) > 0, "no call was throttled: the functions do not talk through the proxy")

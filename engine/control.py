@@ -101,8 +101,14 @@ def get(parts: Parts, execution_id: str) -> Execution:
 
 
 def history(parts: Parts, execution_id: str) -> list[StepRecord]:
-    get(parts, execution_id)
-    return compensation.ordered_history(parts.store.history(execution_id))
+    return timeline(parts, execution_id)[1]
+
+
+def timeline(parts: Parts, execution_id: str) -> tuple[Execution, list[StepRecord]]:
+    """The execution and its history, read in that order: a step committed in between is
+    then in the history beyond ``current_step``, never missing from both (engine/progress.py)."""
+    ex = get(parts, execution_id)
+    return ex, compensation.ordered_history(parts.store.history(execution_id))
 
 
 def list_executions(
@@ -135,7 +141,8 @@ def cancel(parts: Parts, execution_id: str, *, compensate: bool = False) -> Exec
         first = compensation.first_to_undo(parts, ex) if compensate else None
         if first is not None:
             cause: dict[str, Any] = {"type": "Cancelled", "message": "cancelled with compensate", "reason": "cancelled"}
-            cause.update(step=ex.current_step, attempt=ex.attempt)
+            # ``at``: the cancel's time, which the history shows as its own entry (engine/progress.py).
+            cause.update(step=ex.current_step, attempt=ex.attempt, at=parts.clock.now())
             new, effects = tr.compensating_state(ex, first, cause, parts.clock.now(), parts.config)
         else:
             new, effects = tr.cancelled_state(ex, parts.clock.now(), parts.config), tr.Effects()

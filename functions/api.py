@@ -13,6 +13,24 @@
 | POST /dlq/redrive?limit              | 200: what was done with each message           |
 | POST /callbacks/{token}/succeed|fail|heartbeat, POST /executions/{id}/signals/{name} | functions/waits_api.py |
 
+Reading aids (engine/progress.py; the CLI's history and the console draw from them):
+
+| where                    | field                | what                                                  |
+|--------------------------|----------------------|-------------------------------------------------------|
+| /executions/{id}, .../history | ``state``       | ``{kind, reason, until, until_epoch}``: kind is running, |
+|                          |                      | retrying, sleeping, waiting, compensating or the end  |
+|                          |                      | status in lower case; reason one line; until the wake |
+|                          |                      | time (sleep end, retry time, wait timeout) or null    |
+| .../history steps[]      | ``kind``             | step, sleep, callback, signal, poll, child, ... (from |
+|                          |                      | the workflow; ``step`` when it is not deployed here)  |
+| .../history steps[], attempts[] | ``duration_seconds`` | finished - started; null while running         |
+| .../history              | ``pending``          | ``[{index, name, kind}]``: steps with no record yet,  |
+|                          |                      | in order; empty once terminal or compensating         |
+| .../history              | ``events``           | ``[{kind, at, at_epoch, ...}]``: started, cancelled   |
+|                          |                      | (``compensate``), and the end (``error``: one line)   |
+| both                     | ``state.step``       | the step it is at; null once terminal                 |
+| both                     | ``read_at``          | the control plane's clock when it answered (+ epoch)  |
+
 Errors are ``{"error": {"code", "message"}}``: 400 bad JSON, unknown workflow, bad id or
 parameter; 413 payload over an AWS limit; 404 unknown path or execution; 405 wrong
 method; 409 conflicts; 503 when AWS throttles or fails. Every check runs before any write.
@@ -22,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import children, dead_letters
+from engine import children, control, dead_letters, progress
 from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
@@ -35,6 +53,7 @@ from engine.errors import (
     UnknownWorkflow,
 )
 from engine.log import get_logger
+from engine.workflow import WorkflowSpec
 from functions import views, waits_api, wiring
 from functions.http import FunctionUrlEvent, HttpError, Request, Router, error_response, response
 
@@ -64,12 +83,17 @@ def _only(request: Request, allowed: frozenset[str]) -> None:
         raise InvalidInput(f"unknown query parameter(s) {unknown}; allowed: {sorted(allowed)}")
 
 
-def _step_names(workflow: str) -> list[str] | None:
+def _spec(workflow: str) -> WorkflowSpec | None:
+    """None for a workflow this deployment does not have: its executions still read."""
     try:
-        spec = wiring.engine().registry.get(workflow)
+        return wiring.engine().registry.get(workflow)
     except UnknownWorkflow:
         return None
-    return [s.name for s in spec.steps]
+
+
+def _step_names(workflow: str) -> list[str] | None:
+    spec = _spec(workflow)
+    return None if spec is None else [s.name for s in spec.steps]
 
 
 # ---------------------------------------------------------------- executions
@@ -100,14 +124,28 @@ def status(request: Request) -> dict[str, Any]:
     ex = wiring.engine().get(request.params["id"])
     body = views.execution(ex, _step_names(ex.workflow))
     body["children"] = children.children_of(wiring.engine(), ex)  # parent: views.execution
-    return response(200, body)
+    now = wiring.engine().clock.now()
+    body["state"] = views.state(progress.state(ex, _spec(ex.workflow), now))
+    return response(200, body | views.read_at(now))
 
 
 def history(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
     execution_id = request.params["id"]
-    records = wiring.engine().history(execution_id)
-    return response(200, {"id": execution_id, "steps": [views.step(r) for r in records]})
+    engine = wiring.engine()
+    ex, records = control.timeline(engine, execution_id)
+    spec = _spec(ex.workflow)
+    kinds = progress.step_kinds(spec)
+    now = engine.clock.now()
+    body = {
+        "id": execution_id,
+        "steps": [views.step(r, kinds) for r in records],
+        "pending": views.pending(progress.pending(ex, records, spec)),
+        "state": views.state(progress.state(ex, spec, now)),
+        "events": [views.event(e) for e in progress.events(ex, records)],
+        **views.read_at(now),
+    }
+    return response(200, body)
 
 
 def list_executions(request: Request) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import compensation
+from engine import compensation, progress
 from engine.dead_letters import DeadLetter, RedriveResult
 from engine.state import Attempt, Execution, StepRecord
 
@@ -69,29 +69,58 @@ def wait(ex: Execution) -> dict[str, Any] | None:
     }
 
 
+def _duration(started: float | None, finished: float | None) -> float | None:
+    if started is None or finished is None:
+        return None  # still running
+    return round(max(0.0, finished - started), 3)
+
+
 def attempt(a: Attempt) -> dict[str, Any]:
     return {
         "attempt": a.attempt,
         "outcome": a.outcome,
         "error": a.error,
         "retry_delay": a.retry_delay,
+        "duration_seconds": _duration(a.started_at, a.finished_at),
         **_times(started_at=a.started_at, finished_at=a.finished_at),
     }
 
 
-def step(record: StepRecord) -> dict[str, Any]:
+def step(record: StepRecord, kinds: list[str] | None = None) -> dict[str, Any]:
+    """``kinds``: each step's kind in the workflow (progress.step_kinds); ``step`` when unknown."""
     undo = compensation.is_compensation(record)
+    kinds = kinds or []
     return {
         "index": record.index,
         "name": record.name,
+        "kind": kinds[record.index] if 0 <= record.index < len(kinds) else "step",
         # Forward records come first, then the compensations in the order they ran.
         "phase": "compensation" if undo else ("catch" if record.name.endswith("#catch") else "forward"),
         "status": record.status.value,
         "attempts": [attempt(a) for a in record.attempts],
         "result": record.result,
         "error": record.error,
+        "duration_seconds": _duration(record.started_at, record.finished_at),
         **_times(started_at=record.started_at, finished_at=record.finished_at),
     }
+
+
+def state(found: progress.State) -> dict[str, Any]:
+    return {"kind": found.kind.value, "reason": found.reason, "step": found.step, **_times(until=found.until)}
+
+
+def read_at(now: float) -> dict[str, Any]:
+    """The control plane's clock when it answered: relative times (``in 59m``) count from it,
+    which differs from the reader's clock under ``loom time advance``."""
+    return _times(read_at=now)
+
+
+def pending(steps: list[progress.Pending]) -> list[dict[str, Any]]:
+    return [{"index": p.index, "name": p.name, "kind": p.kind} for p in steps]
+
+
+def event(entry: progress.Event) -> dict[str, Any]:
+    return {"kind": entry.kind, **_times(at=entry.at), **entry.detail}
 
 
 def dead_letter(letter: DeadLetter) -> dict[str, Any]:

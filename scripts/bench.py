@@ -9,6 +9,7 @@ emulator, and counts every request with botocore's event hooks. Prints tables;
     .venv/bin/python scripts/bench.py                  # 200 executions x 10 steps, ~5-10 minutes
     .venv/bin/python scripts/bench.py --quick --json bench.json
     .venv/bin/python scripts/bench.py --waits-only     # what a callback, signal, poll, child costs (seconds)
+    .venv/bin/python scripts/bench.py --from-json bench.json --html bench.html   # redraw, no run
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lease", type=float, default=None, help="LOOM_LEASE_SECONDS instead of the template's")
     p.add_argument("--quick", action="store_true", help="CI-sized: 20 executions, sweeper at 10/100/1000")
     p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--html", type=Path, help="also draw the cost per step and the sweeper's cost on one page (SVG)")
+    p.add_argument("--from-json", type=Path, help="no run: write the --html page from a saved --json")
     p.add_argument("--waits-only", action="store_true", help="only the waits' costs (loom/bench/waits.py)")
     p.add_argument("--state-dir", type=Path, help="where the emulator's log goes (default: a temp dir)")
     args = p.parse_args(argv)
@@ -58,6 +61,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if bad or not modes:
         p.error(f"--modes takes chain and/or one_step, not {bad or args.modes!r}")
     args.mode_list = modes
+    if args.html is not None and args.html.is_dir():
+        p.error(f"--html {args.html} is a directory; name the file to write")
+    if args.from_json is not None and not args.from_json.is_file():
+        p.error(f"--from-json {args.from_json}: no such file")
+    if args.from_json is not None and args.html is None:
+        p.error("--from-json redraws the --html page: name it with --html PATH")
     try:
         args.sizes = sorted({int(s) for s in args.sweep_sizes.split(",") if s.strip()})
     except ValueError:
@@ -202,8 +211,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def redraw(args: argparse.Namespace) -> int:
+    """The page from a saved result: a chart without a ten-minute run."""
+    import json
+
+    from loom.bench import html
+
+    try:
+        page = html.render(json.loads(args.from_json.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"bench.py: --from-json {args.from_json} is not a bench result: {exc}", file=sys.stderr)
+        return 2
+    write_html(args.html, page)
+    return 0
+
+
+def write_html(path: Path, page: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.from_json is not None:
+        return redraw(args)
     if args.waits_only:
         measured = waits.wait_costs()
         print(waits.render(measured))
@@ -220,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(scenarios.dumps(result), encoding="utf-8")
         print(f"wrote {args.json}")
+    if args.html:
+        from loom.bench import html
+
+        write_html(args.html, html.render(result))
     return 0 if all(c["met"] for c in result["checks"]) else 1
 
 

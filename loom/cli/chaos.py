@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from chaos import SCENARIOS
 
@@ -31,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     parser.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")
+    parser.add_argument(
+        "--html", metavar="PATH", help="also write one HTML page: each scenario's timeline, invariants, recovery"
+    )
     parser.add_argument("--executions", type=int, default=100, help="soak: executions at once")
     parser.add_argument(
         "--seed", type=int, default=1, help="the soak's fault plan seed; also seeds --sqs-standard-chaos"
@@ -73,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from chaos.runner import run_all
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    if not _standard_chaos_ok(args):
+    if not _standard_chaos_ok(args) or not _html_ok(args):
         return 2
     results = run_all(
         names=names,
@@ -87,7 +93,28 @@ def run(args: argparse.Namespace) -> int:
     print(report.to_json(results) if args.json else report.render_table(results))
     if args.junit:
         report.write_junit(results, args.junit)
+    if args.html:
+        from chaos import html_report
+
+        print(f"wrote {html_report.write(results, args.html, now=time.time())}", file=progress)
     return 0 if all(r.passed for r in results) else 1
+
+
+def _html_ok(args: argparse.Namespace) -> bool:
+    """Refuse a report path that cannot be written before the run, not after five minutes of it."""
+    if not getattr(args, "html", None):
+        return True
+    target = Path(args.html)
+    if target.is_dir():
+        print(f"--html {args.html} is a directory; name the file to write", file=sys.stderr)
+        return False
+    parent = target.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        print(f"--html {args.html}: {parent} is not writable", file=sys.stderr)
+        return False
+    return True
 
 
 def _soak(args: argparse.Namespace, progress: object) -> int:
@@ -106,7 +133,7 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
         for f in plan.faults:
             print(f"  t+{f.at:5.1f}s {f.kind:12} {f.params}")
         return 0
-    if not _standard_chaos_ok(args):
+    if not _standard_chaos_ok(args) or not _html_ok(args):
         return 2
     with open_target(
         emulator=args.emulator,
@@ -125,6 +152,10 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
         print(summary.render())
     if args.junit:
         report.write_junit([result], args.junit, suite="loom-chaos-soak")
+    if args.html:
+        from chaos import html_report
+
+        html_report.write([result], args.html, now=time.time())
     return 0 if not summary.violations else 1
 
 

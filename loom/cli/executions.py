@@ -11,23 +11,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.error_report import one_line
-from loom.cli import output
+from loom.cli import follow, output, timeline
 from loom.client import ApiError, ClientError, ControlPlane, resolve_target
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-def _common() -> argparse.ArgumentParser:
+def _common(request_timeout: bool = True) -> argparse.ArgumentParser:
+    """``request_timeout=False`` for ``loom wait``, whose ``--timeout`` is how long to wait for the end."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("target")
     group.add_argument("--url", help="a deployed control plane's Function URL (requests are SigV4-signed)")
     group.add_argument("--region", help="region to sign for (default: from the URL, else the AWS config)")
-    group.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
+    if request_timeout:
+        group.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
     parent.add_argument("--json", action="store_true", help="print the API's JSON answer")
     parent.add_argument(
         "--state-dir",
@@ -68,9 +70,10 @@ def register(sub: Any) -> None:
     )
 
     add("status", status, "show an execution").add_argument("id", type=execution_id, help="the execution's id")
-    add("history", history, "show every step of an execution").add_argument(
-        "id", type=execution_id, help="the execution's id"
-    )
+    p = add("history", history, "show every step of an execution: done, current and pending")
+    p.add_argument("id", type=execution_id, help="the execution's id")
+    p.add_argument("--traceback", action="store_true", help="print each failed attempt's whole traceback")
+    _register_follow(sub, common)
 
     p = add("list", list_, "list executions, newest first")
     p.add_argument("--status", type=status_filter, help="RUNNING, COMPLETED, FAILED, COMPENSATING... (any case)")
@@ -92,6 +95,37 @@ def register(sub: Any) -> None:
     add("redrive", dlq_redrive, "redrive what the parked messages point at", dlq_sub).add_argument(
         "--limit", type=int, default=50
     )
+
+
+def _register_follow(sub: Any, common: argparse.ArgumentParser) -> None:
+    every = {"type": follow.positive_seconds, "default": 1.0, "help": "seconds between looks (default 1)"}
+    p = sub.add_parser("watch", help=WATCH_HELP, description=WATCH_HELP, parents=[common])
+    p.set_defaults(func=lambda args: _run(follow.watch, args))
+    p.add_argument("id", type=execution_id, help="the execution's id")
+    p.add_argument("--interval", **every)
+    p.add_argument("--traceback", action="store_true", help="print each failed attempt's whole traceback")
+    p = sub.add_parser(
+        "wait",
+        help="block until an execution ends; the exit code tells how",
+        description=WAIT_HELP,
+        epilog=WAIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_common(request_timeout=False)],
+    )
+    p.set_defaults(func=lambda args: _run(follow.wait, args), timeout=30.0)
+    p.add_argument("id", type=execution_id, help="the execution's id")
+    p.add_argument(
+        "--timeout", dest="wait_timeout", type=follow.positive_seconds, help="give up after this many seconds"
+    )
+    p.add_argument("--interval", **every)
+
+
+WATCH_HELP = "follow an execution live: redraws its history on each change, ends with it"
+WAIT_HELP = "block until an execution ends; the exit code tells its final status"
+WAIT_CODES = (
+    "exit codes: 0 COMPLETED, 1 error, 2 usage, 3 FAILED, 4 CANCELLED, 5 COMPENSATED,\n"
+    "            6 COMPENSATION_FAILED, 7 --timeout passed first"
+)
 
 
 def _run(fn: Callable[[ControlPlane, argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -129,6 +163,7 @@ EXECUTION_FIELDS = [
     ("id", "id"),
     ("workflow", "workflow"),
     ("status", "status"),
+    ("doing", "doing"),
     ("current_step", "step"),
     ("current_step_name", "step name"),
     ("attempt", "attempt"),
@@ -162,8 +197,11 @@ def status(client: ControlPlane, args: argparse.Namespace) -> int:
     body = client.status(args.id)
     if args.json:
         output.as_json(body)
-    else:
-        output.fields(body, EXECUTION_FIELDS)
+        return 0
+    state = timeline.state_of(body)
+    if state:  # what it is doing, in the reader's time zone (an older control plane has no state)
+        body = {**body, "doing": timeline.local_reason(state, float(body.get("read_at_epoch") or time.time()))}
+    output.fields(body, [f for f in EXECUTION_FIELDS if f[0] != "doing" or state])
     return 0
 
 
@@ -172,30 +210,8 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
     if args.json:
         output.as_json(body)
         return 0
-    rows = [{**s, "tries": len(s.get("attempts") or []), "problem": _problem(s)} for s in body.get("steps", [])]
-    columns = [
-        ("index", "#"),
-        ("name", "step"),
-        ("status", "status"),
-        ("tries", "attempts"),
-        ("started_at", "started"),
-        ("finished_at", "finished"),
-        ("problem", "error"),
-    ]
-    if any(s.get("phase", "forward") != "forward" for s in rows):
-        # A saga's compensations (and catch handlers) follow the forward steps: say which is which.
-        columns.insert(1, ("phase", "phase"))
-    output.table(rows, columns)
+    sys.stdout.write(timeline.render(body, time.time(), traceback=getattr(args, "traceback", False)))
     return 0
-
-
-def _problem(step: dict[str, Any]) -> str:
-    """The last failed attempt's cause in one line: type, message and where it was raised."""
-    for attempt in reversed(step.get("attempts") or []):
-        if isinstance(attempt, dict) and isinstance(attempt.get("error"), dict):
-            return one_line(attempt["error"])
-    error = step.get("error")
-    return one_line(error) if isinstance(error, dict) else str(error or "")
 
 
 def list_(client: ControlPlane, args: argparse.Namespace) -> int:

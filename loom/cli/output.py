@@ -33,8 +33,10 @@ def table(
     out: TextIO | None = None,
     *,
     width: int = MAX_CELL,
+    details: str | None = None,
 ) -> None:
-    """``columns`` are (key, header) pairs; missing keys print as '-'."""
+    """``columns`` are (key, header) pairs; missing keys print as '-'. ``details``: the key of
+    a list of lines printed whole, indented, under their row (causes, tracebacks)."""
     out = out or sys.stdout
     if not rows:
         out.write("(none)\n")
@@ -43,8 +45,11 @@ def table(
         [cell(row.get(key), _NO_LIMIT if _is_id(key) else width) for key, _ in columns] for row in rows
     ]
     widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
-    for line in grid:
+    for n, line in enumerate(grid):
         out.write("  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip() + "\n")
+        extra = rows[n - 1].get(details) if details and n > 0 else None
+        for text in extra or []:
+            out.write(f"      {text}\n")
 
 
 def fields(data: Mapping[str, Any], keys: Sequence[tuple[str, str]], out: TextIO | None = None) -> None:

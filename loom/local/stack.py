@@ -585,6 +585,8 @@ class LocalStack:
             "function_pids": {k: p.pids() for k, p in self.pools.items()},
             "emulator_pid": getattr(self._emulator, "pid", None),
             "state_dir": str(self.state_dir),
+            # `loom logs` reads the functions' lines here (None: stdout, i.e. stack.log when detached).
+            "log_file": str(Path(self.options.log_file).resolve()) if self.options.log_file else None,
             # pid -> start time and command line: only these exact processes are ever signalled.
             "processes": procs.records(self.all_pids()),
             "persistent": bool(self.options.persist and self.options.emulator == "embedded"),

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from chaos import SCENARIOS
+from chaos import SCENARIOS, html_report
 from chaos.report import render_table, to_json, write_junit
 from chaos.runner import run_all
 from chaos.scenario import PASS, Result
@@ -41,6 +41,14 @@ def test_chaos_all_passes_with_a_table_json_and_junit(rows: dict[str, Result], t
     assert json.loads(to_json(list(rows.values())))["ok"] is True
     suite = ET.parse(write_junit(list(rows.values()), tmp_path / "chaos.xml")).getroot().find("testsuite")
     assert suite is not None and suite.get("tests") == str(len(SCENARIOS)) and suite.get("failures") == "0"
+    # The HTML report draws each run's marks: every measured recovery has its fault and recovery span.
+    for name, r in rows.items():
+        if r.recovery_seconds is not None:
+            kinds = [m["kind"] for m in r.timeline]
+            assert "fault" in kinds and "recovery" in kinds, (name, r.timeline)
+            assert all(0 <= m["start"] <= m["end"] <= r.duration_seconds + 1 for m in r.timeline), (name, r.timeline)
+    page = html_report.write(list(rows.values()), tmp_path / "chaos.html").read_text(encoding="utf-8")
+    assert page.count("<svg ") == len(SCENARIOS)
 
 
 def test_duplicate_delivery(rows: dict[str, Result]) -> None:

@@ -159,7 +159,9 @@ def test_a_completed_execution_shows_its_output(fn: Functions) -> None:
 
 def test_history_lists_every_step_in_order(fn: Functions) -> None:
     start(fn, execution_id="h1")
-    assert fn.api("GET", "/executions/h1/history") == (200, {"id": "h1", "steps": []})
+    status, before = fn.api("GET", "/executions/h1/history")
+    assert (status, before["id"], before["steps"]) == (200, "h1", [])
+    assert [p["name"] for p in before["pending"]] == [f"stage_{i}" for i in range(10)]
     fn.drain()
     status, body = fn.api("GET", "/executions/h1/history")
     assert status == 200

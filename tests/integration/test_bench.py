@@ -124,3 +124,23 @@ def test_capacity_rules():
     assert cap.index_writes(a, a, keys) == 0
     assert cap.index_writes(a, b, keys) == 2
     assert cap.index_writes(None, a, keys) == 1 and cap.index_writes(a, {}, keys) == 1
+
+
+def test_the_html_page_draws_the_measured_costs(measured, tmp_path):
+    import re
+    import xml.etree.ElementTree as ET
+
+    from loom.bench import html
+
+    result = {"runs": list(measured["runs"].values()), "floor": measured["floor"], "sweeper": measured["sweeper"]}
+    page = html.render(result)
+    svgs = re.findall(r"<svg .*?</svg>", page)
+    assert len(svgs) == 2
+    costs, sweep = (ET.fromstring(s) for s in svgs)
+    ns = "{http://www.w3.org/2000/svg}"
+    tips = [t.text or "" for t in costs.iter(f"{ns}title")]
+    chain_sqs = measured["runs"]["chain"]["totals"]["sqs_requests_per_step"]
+    assert f"SQS requests, chain: {chain_sqs:g} per committed step" in tips
+    assert any(t.startswith("SQS requests, floor: ") for t in tips)
+    points = [t.text or "" for t in sweep.iter(f"{ns}title") if (t.text or "").startswith("requests: ")]
+    assert [p.rsplit(" at ", 1)[1] for p in points] == ["10", "40"], "one point per sleeper count measured"

@@ -115,8 +115,11 @@ def test_start_status_history_list_cancel_on_the_local_stack(
 
     code, out, _ = loom(capsys, "history", "cli-1")
     lines = out.strip().splitlines()
-    assert code == 0 and lines[0].split()[:4] == ["#", "STEP", "STATUS", "ATTEMPTS"]
-    assert [line.split()[:4] for line in lines[1:]] == [[str(i), f"stage_{i}", "COMPLETED", "1"] for i in range(10)]
+    assert code == 0 and lines[0] == "cli-1  COMPLETED  completed" and lines[1].startswith("started ")
+    assert lines[2].split()[:5] == ["#", "STEP", "KIND", "STATUS", "ATTEMPTS"]
+    rows = [line.split()[:5] for line in lines[3:13]]
+    assert rows == [[str(i), f"stage_{i}", "step", "COMPLETED", "1"] for i in range(10)]
+    assert lines[13].startswith("completed ")
     code, out, _ = loom(capsys, "history", "cli-1", "--json")
     assert [s["name"] for s in json.loads(out)["steps"]] == [f"stage_{i}" for i in range(10)]
 
