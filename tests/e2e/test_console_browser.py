@@ -1,0 +1,280 @@
+"""The web console in a real browser (headless Chromium through selenium) on one local stack.
+
+List, open an execution, complete a callback, cancel, redrive, advance the clock and watch a
+sleeper wake; screenshots of each page go to reports/. Without chromium and chromedriver the
+browser tests skip with the reason (`.ci/run` installs them when it runs as root). The plain
+HTTP checks against the same stack run either way.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.adapters.ledger import DynamoLedger
+from loom.local.client import LocalApi, call, ok
+from loom.local.sigv4 import new_principal
+from loom.local.stack import LocalStack, StackOptions
+from tests.e2e.support import start, status_of, wait_for, wait_status
+
+pytestmark = [pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORTS = ROOT / "reports"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1366,900",
+)
+
+
+def chromium() -> str | None:
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    # No scheduled sweeper: only the console's "advance" (which runs it once) can wake a sleeper here.
+    opts = StackOptions(
+        port=0, api_port=0, state_dir=tmp_path_factory.mktemp("console-stack"), console_port=0, sweeper=False
+    )
+    with LocalStack(opts) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(stack: LocalStack) -> Iterator[Any]:
+    binary = chromium()
+    if binary is None or not Path(CHROMEDRIVER).exists():
+        pytest.skip(
+            f"no browser to drive: chromium={binary}, {CHROMEDRIVER} exists={Path(CHROMEDRIVER).exists()} "
+            "(apt-get install chromium chromium-driver; .ci/run does it as root)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="loom-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    # An explicit driver: selenium-manager never runs, so nothing is downloaded.
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    driver.get(stack.console.url)  # the token becomes the session cookie
+    REPORTS.mkdir(exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def open_page(driver: Any, stack: LocalStack, path: str) -> None:
+    driver.get(stack.console.base_url + path)
+
+
+def wait_until(driver: Any, what: str, check: Any, timeout: float = 20.0) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def safe(d: Any) -> Any:
+        try:
+            return check(d)
+        except StaleElementReferenceException:  # the page redrew the element under us
+            return False
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(safe)
+    except Exception as exc:
+        status = driver.find_element("id", "status").text
+        raise AssertionError(f"timed out waiting for {what} (status line: {status!r})") from exc
+
+
+def shot(driver: Any, name: str) -> None:
+    driver.save_screenshot(str(REPORTS / f"console-{name}.png"))
+
+
+def text(driver: Any, element_id: str) -> str:
+    return str(driver.find_element("id", element_id).text)
+
+
+def rows_with_state(driver: Any, state: str) -> list[Any]:
+    return list(driver.find_elements("css selector", f"#timeline tbody tr[data-state='{state}']"))
+
+
+# ---------------------------------------------------------------- plain HTTP on the real stack
+
+
+def test_the_console_url_is_in_the_stack_file_and_the_proxy_reaches_the_real_control_plane(stack: LocalStack) -> None:
+    assert stack.info["console_url"] == stack.console.url and "?token=" in stack.console.url
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "http-1", "amount": 1})
+    conn = http.client.HTTPConnection("127.0.0.1", stack.console.port, timeout=30)
+    cookie = f"{stack.console.gate.cookie_name}={stack.console.gate.token}"
+    conn.request("GET", f"/api/executions/{ex_id}", headers={"Cookie": cookie})
+    answer = conn.getresponse()
+    assert answer.status == 200 and json.loads(answer.read())["id"] == ex_id
+    conn.request("GET", f"/api/executions/{ex_id}")  # no cookie: no data
+    refused = conn.getresponse()
+    assert refused.status == 401 and ex_id.encode() not in refused.read()
+
+
+def test_the_control_plane_itself_refuses_unsigned_and_wrongly_signed_requests(stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "http-2", "amount": 1})
+    wrong = LocalApi(stack.api.url, new_principal().credentials(), stack.api.region)
+    status, body = call(wrong, "GET", f"/executions/{ex_id}")
+    assert status == 403 and ex_id not in json.dumps(body)
+    host = stack.api.url.split("//", 1)[1]
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.request("GET", f"/executions/{ex_id}")
+    answer = conn.getresponse()
+    assert answer.status == 403 and ex_id.encode() not in answer.read()
+
+
+# ---------------------------------------------------------------- in the browser
+
+
+def test_list_filters_and_keyboard(browser: Any, stack: LocalStack) -> None:
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    ids = [start(stack.api, "order_fulfillment", {"order_id": f"list-{i}", "amount": i}) for i in range(2)]
+    for ex_id in ids:
+        wait_status(stack.api, ex_id, "SLEEPING")
+    open_page(browser, stack, "/")
+    wait_until(browser, "the rows", lambda d: all(d.find_elements("css selector", f"tr[data-id='{i}']") for i in ids))
+    row = browser.find_element("css selector", f"tr[data-id='{ids[0]}']")
+    assert "order_fulfillment" in row.text and "sleeping" in row.text and "sleep_1h" in row.text
+    assert "sleeping" in text(browser, "counts")
+    Select(browser.find_element("id", "f-status")).select_by_value("COMPLETED")
+    browser.find_element("css selector", "#filters button[type=submit]").click()
+    wait_until(browser, "the filter", lambda d: not d.find_elements("css selector", f"tr[data-id='{ids[0]}']"))
+    shot(browser, "executions")
+    # Keyboard: the first Tab lands on the skip link, and focus is drawn.
+    open_page(browser, stack, "/")
+    browser.find_element("tag name", "body").send_keys(Keys.TAB)
+    focused = browser.switch_to.active_element
+    assert focused.get_attribute("class") == "skip"
+    assert focused.value_of_css_property("outline-style") == "solid"
+
+
+def test_open_an_execution_and_complete_its_callback(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "payment_webhook", {"order_id": "cb-1", "amount": 12})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, "/")
+    link = wait_until(browser, "the row's link", lambda d: d.find_element("link text", ex_id))
+    link.click()
+    wait_until(browser, "the waiting row", lambda d: rows_with_state(d, "waiting"))
+    assert "waiting for callback payment" in text(browser, "timeline")
+    assert rows_with_state(browser, "pending")  # the poll and notify steps still to come
+    shot(browser, "execution-waiting")
+    inbox = DynamoLedger(stack.client("dynamodb"), stack.refs["Table"]).effects(ex_id)
+    token = next(e["callback_token"] for e in inbox.values() if e.get("callback_token"))
+    browser.find_element("id", "cb-token").send_keys(token)
+    browser.find_element("id", "cb-result").clear()
+    browser.find_element("id", "cb-result").send_keys('{"paid": 12}')
+    browser.find_element("id", "cb-succeed").click()
+    wait_until(browser, "the callback's answer", lambda d: "callback succeed: done" in text(d, "status"))
+    steps = ok(stack.api, "GET", f"/executions/{ex_id}/history")["steps"]
+    assert steps[1]["name"] == "payment" and steps[1]["status"] == "COMPLETED" and steps[1]["result"] == {"paid": 12}
+    wait_until(
+        browser,
+        "the completed payment row",
+        lambda d: d.find_elements("css selector", "tr[data-step='1'][data-state='completed']"),
+    )
+
+
+def test_bad_input_in_a_form_says_why_and_sends_nothing(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_approval", {"order_id": "bad-1"})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(
+        browser, "the signal name", lambda d: d.find_element("id", "sig-name").get_attribute("value") == "approval"
+    )
+    payload = browser.find_element("id", "sig-payload")
+    payload.clear()
+    payload.send_keys("{not json")
+    browser.find_element("id", "sig-send").click()
+    wait_until(browser, "the complaint", lambda d: "must be a JSON object" in text(d, "status"))
+    assert status_of(stack.api, ex_id)["status"] == "WAITING"
+
+
+def test_cancel_from_the_execution_page(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_approval", {"order_id": "cancel-1"})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the cancel button", lambda d: d.find_element("id", "act-cancel").is_enabled())
+    browser.find_element("id", "act-cancel").click()
+    browser.switch_to.alert.accept()
+    wait_until(browser, "the cancelled badge", lambda d: "cancelled" in text(d, "summary"))
+    assert status_of(stack.api, ex_id)["status"] == "CANCELLED"
+    assert browser.find_element("id", "act-cancel").is_enabled() is False
+    shot(browser, "execution-cancelled")
+
+
+def test_redrive_a_failed_execution(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "poison_pill", {"order_id": "poison-1"})
+    wait_status(stack.api, ex_id, "FAILED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the failed attempts", lambda d: rows_with_state(d, "failed"))
+    assert "TransientStepError" in text(browser, "timeline")
+    shot(browser, "execution-failed")
+    browser.find_element("id", "act-redrive").click()
+    wait_until(browser, "the redrive's answer", lambda d: "redrive: done" in text(d, "status"))
+
+    def attempts() -> int:
+        steps = ok(stack.api, "GET", f"/executions/{ex_id}/history")["steps"]
+        return len(next(s for s in steps if s["name"] == "always_fails")["attempts"])
+
+    wait_for("a new round of attempts", lambda: attempts() > 3, timeout=30)
+
+
+def test_advance_the_clock_and_watch_a_sleeper_wake(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "sleep-1", "amount": 3})
+    wait_status(stack.api, ex_id, "SLEEPING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the sleeping row", lambda d: rows_with_state(d, "sleeping"))
+    assert "sleeping until" in text(browser, "timeline")
+    shot(browser, "execution-sleeping")
+    open_page(browser, stack, "/local")
+    wait_until(browser, "the clock", lambda d: text(d, "clock-now"))
+    field = browser.find_element("id", "advance-by")
+    field.clear()
+    field.send_keys("2h")
+    browser.find_element("id", "advance").click()
+    wait_until(browser, "the sweep", lambda d: "the sweeper ran" in text(d, "sweep-result"))
+    shot(browser, "local")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the sleeper to finish", lambda d: "completed" in text(d, "summary"), timeout=30)
+    assert not rows_with_state(browser, "sleeping") and not rows_with_state(browser, "pending")
+    shot(browser, "execution-completed")
+
+
+def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
+    open_page(browser, stack, "/workflows")
+    wait_until(browser, "the workflows", lambda d: d.find_elements("id", "wf-order_saga"))
+    saga = text(browser, "wf-order_saga")
+    assert "compensated by" in saga and "retry:" in saga
+    assert "sleeps 1h" in text(browser, "wf-order_fulfillment")
+    assert "waits for signal" in text(browser, "wf-order_approval")
+    shot(browser, "workflows")
+    open_page(browser, stack, "/dlq")
+    wait_until(browser, "the DLQ count", lambda d: "parked" in text(d, "dlq-count"))
+    shot(browser, "dlq")
+    browser.find_element("id", "redrive").click()
+    wait_until(browser, "the redrive summary", lambda d: "redrive:" in text(d, "status"))
