@@ -107,7 +107,11 @@ def wait_until(driver: Any, what: str, check: Any, timeout: float = 20.0) -> Any
 
 
 def shot(driver: Any, name: str) -> None:
+    """The whole page: the window grows to the document's height for the picture."""
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1366, min(max(900, height + 140), 5000))
     driver.save_screenshot(str(REPORTS / f"console-{name}.png"))
+    driver.set_window_size(1366, 900)
 
 
 def text(driver: Any, element_id: str) -> str:
@@ -278,3 +282,30 @@ def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
     shot(browser, "dlq")
     browser.find_element("id", "redrive").click()
     wait_until(browser, "the redrive summary", lambda d: "redrive:" in text(d, "status"))
+
+
+def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: Any, stack: LocalStack) -> None:
+    open_page(browser, stack, "/local")
+    button = wait_until(
+        browser,
+        "the scenario's button",
+        lambda d: d.find_element("css selector", "button[data-scenario='signal_race']"),
+    )
+    assert button.is_enabled()
+    assert not browser.find_element("css selector", "button[data-scenario='crash_mid_step']").is_enabled()
+    button.click()
+
+    def finished(d: Any) -> Any:
+        rows = d.find_elements("css selector", "#runs tbody tr")
+        done = [r for r in rows if "signal_race" in r.text and r.find_elements("css selector", ".s-pass, .s-fail")]
+        return done[0] if done and done[0].find_elements("css selector", "a") else None
+
+    row = wait_until(browser, "the scenario's result", finished, timeout=90)
+    assert row.find_elements("css selector", ".s-pass"), row.text
+    links = row.find_elements("css selector", "a")
+    assert len(links) == 2 and all("chaos-signal-race-" in a.text for a in links)
+    shot(browser, "local-chaos")
+    links[0].click()
+    mark = wait_until(browser, "the chaos mark", lambda d: rows_with_state(d, "chaos"))
+    assert "signal bursts" in mark[0].text and "recovered in" in mark[0].text
+    shot(browser, "execution-chaos")

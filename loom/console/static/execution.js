@@ -8,6 +8,7 @@
   const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED"]);
   let latest = null;
   let specs = null;
+  const opened = new Set();
 
   $("ex-id").append(id, " ", copyButton(id, "execution id"));
 
@@ -107,11 +108,11 @@
 
   // ---------------------------------------------------------------- the timeline
 
+  // Steps of the workflow with no history record yet: still to come, or never run once it ended.
   function pendingSteps(ex, hist) {
-    if (hist.pending) return hist.pending;
-    if (TERMINAL.has(ex.status)) return [];
+    if (hist.pending && !TERMINAL.has(ex.status)) return hist.pending;
     const spec = (specs || []).find((w) => w.name === ex.workflow);
-    if (!spec) return [];
+    if (!spec) return hist.pending || [];
     const seen = new Set(hist.steps.filter((s) => (s.phase || "forward") === "forward").map((s) => s.index));
     return spec.steps.filter((s) => s.index >= ex.current_step && !seen.has(s.index)).map((s) => ({ index: s.index, name: s.name, kind: s.kind }));
   }
@@ -145,7 +146,7 @@
     }
     for (const p of pendingSteps(ex, hist)) {
       const isCurrent = p.index === ex.current_step && ["sleeping", "waiting", "retrying"].includes(now.kind);
-      const kind = isCurrent ? now.kind : "pending";
+      const kind = isCurrent ? now.kind : TERMINAL.has(ex.status) ? "not_run" : "pending";
       rows.push(plainRow(`${p.index} ${p.name}${p.kind && p.kind !== "step" ? ` [${p.kind}]` : ""}`, kind, isCurrent ? now.text : "",
         isCurrent ? ex.updated_at_epoch : null, isCurrent ? now.until : null, span));
     }
@@ -188,6 +189,9 @@
     $("act-compensate").disabled = terminal;
     $("act-redrive").disabled = ex.status !== "FAILED";
     if (ex.wait && ex.wait.kind === "signal" && !$("sig-name").value) $("sig-name").value = ex.wait.name || "";
+    // Open the form the execution waits on, once: after that the reader decides.
+    const box = ex.wait && { callback: "callback-box", signal: "signal-box" }[ex.wait.kind];
+    if (box && !opened.has(box)) { $(box).open = true; opened.add(box); }
   }
 
   async function load() {

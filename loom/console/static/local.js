@@ -5,6 +5,13 @@
   const $ = (id) => document.getElementById(id);
   let running = false;  // a chaos run is under way: refresh its row until it ends
 
+  // The sweep report's counts in words ({"due": 7, "woken": 5, ...}).
+  function sweepLine(report) {
+    const words = { woken: "woke", redriven: "re-drove", postponed: "postponed", skipped: "skipped", errors: "errors" };
+    const parts = Object.entries(words).filter(([k]) => report[k]).map(([k, w]) => `${w} ${report[k]}`);
+    return `${report.due ?? 0} due${parts.length ? ", " + parts.join(", ") : ""}`;
+  }
+
   function showClock(c) {
     $("clock-now").textContent = c.now;
     $("clock-offset").textContent = c.offset;
@@ -16,7 +23,7 @@
       showClock(answer);
       const sweep = answer.sweep;
       $("sweep-result").textContent = sweep
-        ? `Advanced ${duration(answer.advanced_seconds)}; the sweeper ran: ${JSON.stringify(sweep)}`
+        ? `Advanced ${duration(answer.advanced_seconds)}; the sweeper ran: ${sweepLine(sweep)}`
         : `Advanced ${duration(answer.advanced_seconds)}; the sweeper could not run now (${answer.sweep_error}); its schedule wakes them`;
       say(`clock advanced by ${by}`);
     } catch (err) { fail(err); }
