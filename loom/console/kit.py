@@ -34,7 +34,7 @@ class ChaosRun:
     fault: str
     state: str = "running"  # running | done
     status: str | None = None  # PASS | FAIL | SKIP once done
-    started_at: float = field(default_factory=time.time)
+    started_at: float = 0.0  # on the functions' clock, as the executions' times are
     finished_at: float | None = None
     injected: str = ""
     observed: str = ""
@@ -65,6 +65,13 @@ class Kit:
         self._chaos_busy = threading.Lock()  # one scenario at a time: they share the stack's workers
 
     # ------------------------------------------------------------------ clock
+
+    def _now(self) -> float:
+        """The functions' time: executions are stamped with it, so chaos runs are too (same timeline)."""
+        try:
+            return time.time() + offset_clock.read_offset(self.offset_file)
+        except ValueError:
+            return time.time()
 
     def clock(self) -> dict[str, Any]:
         try:
@@ -126,7 +133,7 @@ class Kit:
         if not self._chaos_busy.acquire(blocking=False):
             raise KitError(409, "busy", "a chaos scenario is already running; wait for it to end")
         sc = scenario(name)
-        record = ChaosRun(uuid.uuid4().hex[:12], name, sc.fault)
+        record = ChaosRun(uuid.uuid4().hex[:12], name, sc.fault, started_at=self._now())
         with self._lock:
             self._runs = [*self._runs, record][-MAX_RUNS:]
         threading.Thread(target=self._execute, args=(sc, record), name=f"chaos-{name}", daemon=True).start()
@@ -148,6 +155,6 @@ class Kit:
                 record.executions = self._list_ids(f"chaos-{sc.name.replace('_', '-')}-", record.started_at)
             except Exception as exc:
                 record.reason = (record.reason + f"; listing its executions failed: {exc}").lstrip("; ")
-            record.finished_at = time.time()
+            record.finished_at = self._now()
             record.state = "done"
             self._chaos_busy.release()

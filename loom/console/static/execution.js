@@ -86,7 +86,7 @@
     return h("tr", { class: extra && extra.nested ? extra.nested : "", "data-step": step.index, "data-state": stateKind },
       h("td", {}, label),
       h("td", {}, badge(stateKind), extra && extra.text ? h("div", { class: "muted" }, extra.text) : null),
-      h("td", {}, when(step.started_at_epoch)),
+      h("td", { class: "when" }, when(step.started_at_epoch)),
       h("td", {}, duration(dur)),
       bar(stateKind, step.started_at_epoch, end, span),
       details(step));
@@ -102,7 +102,7 @@
   function plainRow(label, kind, text, start, end, span, nested, detail) {
     return h("tr", { class: nested || "", "data-state": kind },
       h("td", {}, label), h("td", {}, badge(kind), text ? h("div", { class: "muted" }, text) : null),
-      h("td", {}, when(start)), h("td", {}, start && end ? duration(end - start) : ""),
+      h("td", { class: "when" }, when(start)), h("td", {}, start && end ? duration(end - start) : ""),
       bar(kind, start, end, span), h("td", {}, detail || ""));
   }
 
