@@ -150,6 +150,26 @@ def test_the_control_plane_itself_refuses_unsigned_and_wrongly_signed_requests(s
     assert answer.status == 403 and ex_id.encode() not in answer.read()
 
 
+def test_loom_console_serves_the_running_stack_from_its_stack_file(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom.console.app import for_stackfile
+
+    monkeypatch.setenv("LOOM_STATE_DIR", str(stack.state_dir))
+    server = for_stackfile(stack.info, port=0).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        cookie = {"Cookie": f"{server.gate.cookie_name}={server.gate.token}"}
+        conn.request("GET", "/api/workflows", headers=cookie)
+        answer = conn.getresponse()
+        assert answer.status == 200 and "order_saga" in {w["name"] for w in json.loads(answer.read())["workflows"]}
+        conn.request("GET", "/local/clock", headers=cookie)
+        assert conn.getresponse().status == 200  # a local stack: the kit's controls are there
+        assert server.gate.token != stack.console.gate.token  # its own session, its own token
+    finally:
+        server.stop()
+
+
 # ---------------------------------------------------------------- in the browser
 
 
@@ -164,7 +184,7 @@ def test_list_filters_and_keyboard(browser: Any, stack: LocalStack) -> None:
     wait_until(browser, "the rows", lambda d: all(d.find_elements("css selector", f"tr[data-id='{i}']") for i in ids))
     row = browser.find_element("css selector", f"tr[data-id='{ids[0]}']")
     assert "order_fulfillment" in row.text and "sleeping" in row.text and "sleep_1h" in row.text
-    assert "sleeping" in text(browser, "counts")
+    wait_until(browser, "the counts", lambda d: "sleeping" in text(d, "counts"))
     Select(browser.find_element("id", "f-status")).select_by_value("COMPLETED")
     browser.find_element("css selector", "#filters button[type=submit]").click()
     wait_until(browser, "the filter", lambda d: not d.find_elements("css selector", f"tr[data-id='{ids[0]}']"))

@@ -327,3 +327,62 @@ def test_a_deployed_console_has_no_local_controls(upstream: Upstream, tmp_path: 
         assert json.loads(call(server, "GET", "/console.json")[2])["local"] is False
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_loom_up_prints_the_console_url_and_passes_its_flags_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from loom.cli import build_parser
+    from loom.cli import local as local_cli
+
+    out = io.StringIO()
+    local_cli._print_endpoints({"console_url": "http://127.0.0.1:5232/?token=abc"}, out)
+    assert "console:                     http://127.0.0.1:5232/?token=abc" in out.getvalue()
+    parse = build_parser().parse_args
+    default = local_cli._options(parse(["up"]))
+    assert (default.console_port, default.console_port_fallback) == (5232, True)
+    chosen = local_cli._options(parse(["up", "--console-port", "0"]))
+    assert (chosen.console_port, chosen.console_port_fallback) == (0, False)
+    assert local_cli._options(parse(["up", "--no-console"])).console_port is None
+    assert "--no-console" in local_cli._rebuild_argv(parse(["up", "--no-console"]))
+    argv = local_cli._rebuild_argv(parse(["up", "--console-port", "7000"]))
+    assert argv[argv.index("--console-port") + 1] == "7000"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["console"], "no local stack is running"),
+        (["console", "--url", "not-a-url"], "--url must be an absolute URL"),
+        (["console", "--url", "http://example.com/"], "refusing to send a signed request"),
+        (["console", "--port", "70000"], "--port must be between 0 and 65535"),
+    ],
+)
+def test_loom_console_says_why_it_cannot_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    from loom.cli import main
+
+    monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path))
+    assert main(argv) == 1
+    assert said in capsys.readouterr().err
+
+
+def test_loom_console_for_a_deployed_url_signs_with_the_default_chain_and_has_no_local_controls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from loom.console.app import for_url
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    server = for_url("https://abc123.lambda-url.eu-west-1.on.aws/", None, port=0)
+    try:
+        assert server.kit is None and server.mode == "deployed"
+        target = server.proxy.client.target
+        assert (target.region, target.credentials, target.signed) == ("eu-west-1", None, True)
+        assert server._httpd.server_address[0] == "127.0.0.1"
+    finally:
+        server._httpd.server_close()
