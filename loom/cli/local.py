@@ -29,7 +29,8 @@ way Lambda feeds them (SQS event source, schedule, Function URL).
 
 The data is kept in the state dir (--state-dir, $LOOM_STATE_DIR, default ./.loom): a
 restart of `loom up` finds its executions again; --fresh starts empty. Endpoints and pids
-go to <state dir>/stack.json, where `loom` and the chaos kit find them. In the foreground,
+go to <state dir>/stack.json, where `loom` and the chaos kit find them. A web console is
+served on 127.0.0.1 (its URL, with a session token, is printed with the endpoints). In the foreground,
 Ctrl-C stops everything; with -d it runs in the background until `loom down`.
 """
 

@@ -329,3 +329,120 @@ def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: An
     mark = wait_until(browser, "the chaos mark", lambda d: rows_with_state(d, "chaos"))
     assert "signal bursts" in mark[0].text and "recovered in" in mark[0].text
     shot(browser, "execution-chaos")
+
+
+# ---------------------------------------------------------------- the agreed API fields (issue 13)
+
+CONTRACT_ID = "contract-1"
+T0 = 1_796_000_000.0
+
+
+def _contract_answers() -> dict[str, Any]:
+    """A control plane already answering the fields agreed for issue 13: state, pending, events, kinds, items."""
+    attempt = {"attempt": 1, "outcome": "completed", "error": None, "retry_delay": None, "duration_seconds": 0.5}
+    failed = {
+        "attempt": 1,
+        "outcome": "failed",
+        "retry_delay": 4.0,
+        "started_at_epoch": T0 + 1,
+        "error": {
+            "type": "Declined",
+            "message": "card refused",
+            "traceback": [{"file": "f.py", "line": 3, "function": "go"}],
+        },
+    }
+    state = {"kind": "running", "reason": "running step charge (attempt 1)", "until": None, "until_epoch": None}
+    return {
+        f"/executions/{CONTRACT_ID}": {
+            "id": CONTRACT_ID,
+            "workflow": "fanout",
+            "status": "RUNNING",
+            "current_step": 1,
+            "current_step_name": "charge",
+            "attempt": 1,
+            "created_at_epoch": T0,
+            "updated_at_epoch": T0 + 3,
+            "input": {"n": 2},
+            "output": {"n": 2},
+            "state": state,
+            "children": [{"id": f"{CONTRACT_ID}--2-1", "workflow": "child_wf", "status": "RUNNING"}],
+        },
+        f"/executions/{CONTRACT_ID}/history": {
+            "id": CONTRACT_ID,
+            "state": state,
+            "steps": [
+                {
+                    "index": 0,
+                    "name": "split",
+                    "kind": "map",
+                    "phase": "forward",
+                    "status": "COMPLETED",
+                    "attempts": [attempt],
+                    "duration_seconds": 2.0,
+                    "started_at_epoch": T0,
+                    "finished_at_epoch": T0 + 2,
+                    "result": {"parts": 2},
+                    "items": [
+                        {"index": 0, "status": "COMPLETED", "attempts": [attempt], "duration_seconds": 0.5},
+                        {"index": 1, "status": "FAILED", "attempts": [failed], "duration_seconds": 1.0},
+                    ],
+                }
+            ],
+            "pending": [{"index": 1, "name": "charge", "kind": "step"}, {"index": 2, "name": "ship", "kind": "child"}],
+            "events": [
+                {"kind": "started", "at_epoch": T0},
+                {"kind": "cancelled", "at_epoch": T0 + 3, "compensate": True},
+            ],
+        },
+        "/workflows": {"workflows": [{"name": "fanout", "steps": [{"index": 0, "name": "split", "kind": "map"}]}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def contract_console(stack: LocalStack) -> Iterator[Any]:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from loom.client import ControlPlane, Target
+    from loom.console.proxy import Proxy
+    from loom.console.server import ConsoleServer
+
+    answers = _contract_answers()
+
+    class Plane(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            body = json.dumps(answers.get(self.path.split("?")[0], {"error": {"code": "not_found", "message": "no"}}))
+            self.send_response(200 if self.path.split("?")[0] in answers else 404)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+    plane = ThreadingHTTPServer(("127.0.0.1", 0), Plane)
+    Thread(target=plane.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{plane.server_address[1]}"
+    client = ControlPlane(Target(url, signed=True, region="us-east-1", credentials=stack.principal.credentials()))
+    console = ConsoleServer(Proxy(client), None, port=0, mode="deployed").start()
+    yield console
+    console.stop()
+    plane.shutdown()
+    plane.server_close()
+
+
+def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, contract_console: Any) -> None:
+    browser.get(contract_console.url)
+    browser.get(f"{contract_console.base_url}/executions/{CONTRACT_ID}")
+    wait_until(browser, "the item rows", lambda d: d.find_elements("css selector", "#timeline tr.nested"))
+    assert "running step charge (attempt 1)" in text(browser, "summary")
+    table = text(browser, "timeline")
+    assert "0 split [map]" in table and "item 0" in table and "item 1" in table
+    assert "Declined: card refused" in browser.find_element("id", "timeline").get_attribute("textContent")
+    assert "cancelled with compensation" in table and "started" in table
+    assert browser.find_elements("css selector", "tr[data-state='running']")  # the current step, not yet recorded
+    assert browser.find_elements("css selector", "tr[data-state='pending']")  # ship, still to come
+    assert f"{CONTRACT_ID}--2-1" in table  # the child, nested
+    assert not browser.find_elements("css selector", "[data-nav=local]:not([hidden])")  # deployed: no local page
+    shot(browser, "execution-contract")

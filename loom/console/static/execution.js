@@ -24,7 +24,8 @@
       const timeout = w.deadline_epoch ? ` (timeout ${when(w.deadline_epoch)})` : "";
       return { kind: "waiting", text: `waiting for ${what}${timeout}`, until: w.deadline_epoch };
     }
-    return { kind: ex.status.toLowerCase(), text: ex.status.toLowerCase().replaceAll("_", " "), until: ex.next_wake_at_epoch };
+    // A running execution's next wake is its lease, not an end to draw: the bar runs to now.
+    return { kind: ex.status.toLowerCase(), text: ex.status.toLowerCase().replaceAll("_", " "), until: null };
   }
 
   function stepState(step, ex, current) {
@@ -92,11 +93,17 @@
       details(step));
   }
 
+  // Map items (and parallel branches) as nested rows; an item without its own times is drawn
+  // from its step's start for its duration.
   function itemRows(step, span) {
-    return (step.items || []).map((item) => stepRow(
-      { index: `${step.index}.${item.index}`, name: `item ${item.index}`, status: item.status, attempts: item.attempts || [],
-        started_at_epoch: item.started_at_epoch, finished_at_epoch: item.finished_at_epoch, duration_seconds: item.duration_seconds, result: item.result, error: item.error },
-      String(item.status || "pending").toLowerCase(), span, { nested: "nested" }));
+    return (step.items || []).map((item) => {
+      const start = item.started_at_epoch ?? step.started_at_epoch ?? null;
+      const end = item.finished_at_epoch ?? (start !== null && item.duration_seconds != null ? start + item.duration_seconds : null);
+      return stepRow(
+        { index: `${step.index}.${item.index}`, name: `item ${item.index}`, status: item.status, attempts: item.attempts || [],
+          started_at_epoch: start, finished_at_epoch: end, duration_seconds: item.duration_seconds, result: item.result, error: item.error },
+        String(item.status || "pending").toLowerCase(), span, { nested: "nested" });
+    });
   }
 
   function plainRow(label, kind, text, start, end, span, nested, detail) {
@@ -145,7 +152,7 @@
       rows.push(stepRow(step, kind, span, extra), ...itemRows(step, span));
     }
     for (const p of pendingSteps(ex, hist)) {
-      const isCurrent = p.index === ex.current_step && ["sleeping", "waiting", "retrying"].includes(now.kind);
+      const isCurrent = p.index === ex.current_step && !TERMINAL.has(ex.status);
       const kind = isCurrent ? now.kind : TERMINAL.has(ex.status) ? "not_run" : "pending";
       rows.push(plainRow(`${p.index} ${p.name}${p.kind && p.kind !== "step" ? ` [${p.kind}]` : ""}`, kind, isCurrent ? now.text : "",
         isCurrent ? ex.updated_at_epoch : null, isCurrent ? now.until : null, span));
