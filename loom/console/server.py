@@ -28,6 +28,7 @@ from loom.console.auth import Gate
 from loom.console.kit import Kit, KitError
 from loom.console.proxy import MAX_BODY, Answer, Proxy, error
 
+_LOG = get_logger(component="console")
 STATIC = Path(__file__).resolve().parent / "static"
 PAGES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^/$"), "executions.html"),
@@ -128,100 +129,100 @@ def _json(body: bytes) -> Any:
         raise KitError(400, "malformed_json", f"the request body is not valid JSON: {exc}") from None
 
 
-def _handler_class(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
-    log = get_logger(component="console")
+class _Handler(BaseHTTPRequestHandler):
+    """One request: the gate, then a page, an asset, the proxy or the kit."""
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "loom-console"
-        sys_version = ""
+    console: ConsoleServer  # set per server by _handler_class
+    server_version = "loom-console"
+    sys_version = ""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # one structured line per request instead (no token: the query is not logged)
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # one structured line per request instead (no token: the query is not logged)
 
-        def do_GET(self) -> None:
-            self._serve("GET")
+    def do_GET(self) -> None:
+        self._serve("GET")
 
-        def do_HEAD(self) -> None:
-            self._serve("HEAD")
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
 
-        def do_POST(self) -> None:
-            self._serve("POST")
+    def do_POST(self) -> None:
+        self._serve("POST")
 
-        def _serve(self, method: str) -> None:
-            parts = urlsplit(self.path)
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            verdict = console.gate.decide(method, parts.query, headers)
-            if not verdict.allowed:
-                status, message = verdict.answer()
-                self._send(status, _refusal_page(message), "text/html; charset=utf-8")
-            elif verdict.set_cookie:
-                # Drop the token from the address: the cookie carries the session from here on.
-                self._send(
-                    303, b"", "text/plain", [("Location", parts.path), ("Set-Cookie", console.gate.cookie_header())]
-                )
+    def _serve(self, method: str) -> None:
+        parts = urlsplit(self.path)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        verdict = self.console.gate.decide(method, parts.query, headers)
+        if not verdict.allowed:
+            status, message = verdict.answer()
+            self._send(status, _refusal_page(message), "text/html; charset=utf-8")
+        elif verdict.set_cookie:
+            # Drop the token from the address: the cookie carries the session from here on.
+            self._send(
+                303, b"", "text/plain", [("Location", parts.path), ("Set-Cookie", self.console.gate.cookie_header())]
+            )
+        else:
+            self._route(method, parts.path, parts.query)
+        _LOG.info("console.request", method=method, path=parts.path, status=self._status)
+
+    def _route(self, method: str, path: str, query: str) -> None:
+        if path.startswith("/api/") or path.startswith("/local/"):
+            body = self._body()
+            if body is None:
+                return
+            if path.startswith("/api/"):
+                answer = self.console.proxy.forward(method, path[4:], query, body)
             else:
-                self._route(method, parts.path, parts.query)
-            log.info("console.request", method=method, path=parts.path, status=self._status)
+                answer = self.console.local(method, path, query, body)
+            self._send(answer.status, answer.encoded(), "application/json")
+            return
+        if method not in ("GET", "HEAD"):
+            self._send(405, b"only GET here", "text/plain", [("Allow", "GET, HEAD")])
+            return
+        if path == "/console.json":
+            self._send(200, json.dumps(self.console.info()).encode(), "application/json")
+            return
+        self._static(path)
 
-        def _route(self, method: str, path: str, query: str) -> None:
-            if path.startswith("/api/") or path.startswith("/local/"):
-                body = self._body()
-                if body is None:
-                    return
-                if path.startswith("/api/"):
-                    answer = console.proxy.forward(method, path[4:], query, body)
-                else:
-                    answer = console.local(method, path, query, body)
-                self._send(answer.status, answer.encoded(), "application/json")
-                return
-            if method not in ("GET", "HEAD"):
-                self._send(405, b"only GET here", "text/plain", [("Allow", "GET, HEAD")])
-                return
-            if path == "/console.json":
-                self._send(200, json.dumps(console.info()).encode(), "application/json")
-                return
-            self._static(path)
+    def _static(self, path: str) -> None:
+        page = next((name for pattern, name in PAGES if pattern.match(path)), None)
+        asset = ASSET.match(path)
+        name = page or (asset.group(1) if asset else None)
+        file = STATIC / name if name else None
+        if file is None or not file.is_file():
+            self._send(404, _refusal_page(f"no such page: {path}"), "text/html; charset=utf-8")
+            return
+        kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        if kind.startswith("text/") or kind.endswith("javascript"):
+            kind += "; charset=utf-8"
+        self._send(200, file.read_bytes(), kind)
 
-        def _static(self, path: str) -> None:
-            page = next((name for pattern, name in PAGES if pattern.match(path)), None)
-            asset = ASSET.match(path)
-            name = page or (asset.group(1) if asset else None)
-            file = STATIC / name if name else None
-            if file is None or not file.is_file():
-                self._send(404, _refusal_page(f"no such page: {path}"), "text/html; charset=utf-8")
-                return
-            kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
-            if kind.startswith("text/") or kind.endswith("javascript"):
-                kind += "; charset=utf-8"
-            self._send(200, file.read_bytes(), kind)
+    def _body(self) -> bytes | None:
+        try:
+            length = int(self.headers.get("content-length") or 0)
+        except ValueError:
+            self._send(400, error(400, "bad_length", "Content-Length is not a number").encoded(), "application/json")
+            return None
+        if length > MAX_BODY:
+            answer = error(413, "payload_too_large", f"the request body is over {MAX_BODY} bytes")
+            self.close_connection = True  # unread: the connection cannot be reused
+            self._send(413, answer.encoded(), "application/json")
+            return None
+        return self.rfile.read(length) if length > 0 else b""
 
-        def _body(self) -> bytes | None:
-            try:
-                length = int(self.headers.get("content-length") or 0)
-            except ValueError:
-                self._send(
-                    400, error(400, "bad_length", "Content-Length is not a number").encoded(), "application/json"
-                )
-                return None
-            if length > MAX_BODY:
-                answer = error(413, "payload_too_large", f"the request body is over {MAX_BODY} bytes")
-                self.close_connection = True  # unread: the connection cannot be reused
-                self._send(413, answer.encoded(), "application/json")
-                return None
-            return self.rfile.read(length) if length > 0 else b""
+    def _send(self, status: int, body: bytes, kind: str, extra: list[tuple[str, str]] | None = None) -> None:
+        self._status = status
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (*SECURITY_HEADERS, *(extra or [])):
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
-        def _send(self, status: int, body: bytes, kind: str, extra: list[tuple[str, str]] | None = None) -> None:
-            self._status = status
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (*SECURITY_HEADERS, *(extra or [])):
-                self.send_header(name, value)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
 
-    return Handler
+def _handler_class(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
+    return type("ConsoleHandler", (_Handler,), {"console": console})
 
 
 def _refusal_page(message: str) -> bytes:
