@@ -165,6 +165,13 @@ def test_loom_console_serves_the_running_stack_from_its_stack_file(
         assert answer.status == 200 and "order_saga" in {w["name"] for w in json.loads(answer.read())["workflows"]}
         conn.request("GET", "/local/clock", headers=cookie)
         assert conn.getresponse().status == 200  # a local stack: the kit's controls are there
+        # Advance from this other process: the sweeper runs in a subprocess, even from a shell with no AWS keys.
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        headers = {**cookie, "Origin": server.base_url, "Content-Type": "application/json"}
+        conn.request("POST", "/local/clock/advance", body=b'{"duration": "1s"}', headers=headers)
+        advanced = json.loads(conn.getresponse().read())
+        assert advanced["advanced_seconds"] == 1 and isinstance(advanced["sweep"], dict), advanced
         assert server.gate.token != stack.console.gate.token  # its own session, its own token
     finally:
         server.stop()
