@@ -192,10 +192,10 @@ def test_list_filters_and_keyboard(browser: Any, stack: LocalStack) -> None:
     row = browser.find_element("css selector", f"tr[data-id='{ids[0]}']")
     assert "order_fulfillment" in row.text and "sleeping" in row.text and "sleep_1h" in row.text
     wait_until(browser, "the counts", lambda d: "sleeping" in text(d, "counts"))
+    shot(browser, "executions")
     Select(browser.find_element("id", "f-status")).select_by_value("COMPLETED")
     browser.find_element("css selector", "#filters button[type=submit]").click()
     wait_until(browser, "the filter", lambda d: not d.find_elements("css selector", f"tr[data-id='{ids[0]}']"))
-    shot(browser, "executions")
     # Keyboard: the first Tab lands on the skip link, and focus is drawn.
     open_page(browser, stack, "/")
     browser.find_element("tag name", "body").send_keys(Keys.TAB)
