@@ -37,6 +37,7 @@ PAGES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^/dlq$"), "dlq.html"),
     (re.compile(r"^/local$"), "local.html"),
 )
+DRAIN_LIMIT = 16 * MAX_BODY  # an oversized body up to this is read and dropped; past it, the connection closes
 ASSET = re.compile(r"^/static/([A-Za-z0-9_.-]+)$")
 # Scripts and styles only from the console itself; nothing is fetched from elsewhere.
 SECURITY_HEADERS = (
@@ -204,7 +205,15 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         if length > MAX_BODY:
             answer = error(413, "payload_too_large", f"the request body is over {MAX_BODY} bytes")
-            self.close_connection = True  # unread: the connection cannot be reused
+            if length <= DRAIN_LIMIT:
+                # Read it away, so the client (still sending) gets the answer instead of a broken pipe.
+                left = length
+                while left > 0:
+                    got = self.rfile.read(min(65536, left))
+                    if not got:
+                        break
+                    left -= len(got)
+            self.close_connection = True
             self._send(413, answer.encoded(), "application/json")
             return None
         return self.rfile.read(length) if length > 0 else b""
