@@ -11,6 +11,8 @@ from loom import stackfile
 from loom.cli.output import error
 from loom.client import NO_STACK, ClientError
 
+DEFAULT_PORT = 5232  # loom.console.app.DEFAULT_PORT, without importing the console for --help
+
 DESCRIPTION = """\
 Serve the web console on 127.0.0.1 and print its URL (with a session token; open it in a browser).
 
@@ -31,7 +33,13 @@ def register(sub: Any) -> None:
         "--url", help="a deployed control plane's Function URL (https://<id>.lambda-url.<region>.on.aws/)"
     )
     parser.add_argument("--region", help="region to sign for (default: from the URL, else the AWS config)")
-    parser.add_argument("--port", type=int, default=5232, help="port on 127.0.0.1 (0: any free port; default 5232)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port on 127.0.0.1 (0: any free port; default 5232, or a free one when 5232 is taken, "
+        "e.g. by the console of `loom up`)",
+    )
     parser.add_argument(
         "--state-dir",
         default=argparse.SUPPRESS,
@@ -45,16 +53,28 @@ def build(args: argparse.Namespace) -> Any:
     """The console server for ``args``; ClientError says why there is none."""
     from loom.console import app
 
-    if not 0 <= args.port <= 65535:
+    if args.port is not None and not 0 <= args.port <= 65535:
         raise ClientError(f"--port must be between 0 and 65535, not {args.port}")
     if args.url:
-        return app.for_url(args.url, args.region, args.port)
+        return _on_port(lambda port: app.for_url(args.url, args.region, port), args.port)
     info = stackfile.read()
     if not info:
         raise ClientError(NO_STACK)
     if not stackfile.supervisor_running(info):
         raise ClientError(stackfile.not_running_message(info))
-    return app.for_stackfile(info, args.port)
+    return _on_port(lambda port: app.for_stackfile(info, port), args.port)
+
+
+def _on_port(make: Any, asked: int | None) -> Any:
+    """The port asked for, or the default one, else (default only) any free one."""
+    if asked is not None:
+        return make(asked)
+    try:
+        return make(DEFAULT_PORT)
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+            raise
+        return make(0)
 
 
 def cmd_console(args: argparse.Namespace) -> int:

@@ -386,3 +386,30 @@ def test_loom_console_for_a_deployed_url_signs_with_the_default_chain_and_has_no
         assert server._httpd.server_address[0] == "127.0.0.1"
     finally:
         server._httpd.server_close()
+
+
+def test_loom_console_takes_a_free_port_when_the_default_is_taken_and_not_when_one_was_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+    import errno
+    import socket
+
+    from loom.cli import webconsole
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(webconsole, "DEFAULT_PORT", port)
+        args = argparse.Namespace(url="https://abc.lambda-url.us-east-1.on.aws/", region=None, port=None)
+        server = webconsole.build(args)
+        try:
+            assert server.port not in (0, port)
+        finally:
+            server._httpd.server_close()
+        with pytest.raises(OSError) as refused:
+            webconsole.build(argparse.Namespace(url=args.url, region=None, port=port))
+        assert refused.value.errno == errno.EADDRINUSE
