@@ -115,6 +115,16 @@
 
   // ---------------------------------------------------------------- the timeline
 
+  // The line under the current step: the API's reason, else what the attempts say (a retry's time).
+  function currentExtra(step, kind, ex, now) {
+    if (kind === "retrying" && !(ex.state && ex.state.reason)) {
+      const last = (step.attempts || [])[step.attempts.length - 1];
+      const at = last && last.finished_at_epoch != null && last.retry_delay != null ? last.finished_at_epoch + last.retry_delay : ex.next_wake_at_epoch;
+      return { text: `retrying (attempt ${(last ? last.attempt : 0) + 1}) at ${when(at)}`, until: at };
+    }
+    return kind !== String(step.status || "").toLowerCase() || (ex.state && ex.state.reason) ? { text: now.text, until: now.until } : null;
+  }
+
   // Steps of the workflow with no history record yet: still to come, or never run once it ended.
   function pendingSteps(ex, hist) {
     if (hist.pending && !TERMINAL.has(ex.status)) return hist.pending;
@@ -148,7 +158,7 @@
     for (const step of hist.steps) {
       const current = step.index === ex.current_step && (step.phase || "forward") === "forward" && step.index === lastForward;
       const kind = stepState(step, ex, current);
-      const extra = current && kind !== step.status.toLowerCase() ? { text: now.text, until: now.until } : null;
+      const extra = current ? currentExtra(step, kind, ex, now) : null;
       rows.push(stepRow(step, kind, span, extra), ...itemRows(step, span));
     }
     for (const p of pendingSteps(ex, hist)) {
