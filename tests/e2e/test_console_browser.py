@@ -230,7 +230,7 @@ def test_open_an_execution_and_complete_its_callback(browser: Any, stack: LocalS
     )
 
 
-def test_bad_input_in_a_form_says_why_and_sends_nothing(browser: Any, stack: LocalStack) -> None:
+def test_send_a_signal_after_bad_input_that_says_why_and_sends_nothing(browser: Any, stack: LocalStack) -> None:
     ex_id = start(stack.api, "order_approval", {"order_id": "bad-1"})
     wait_status(stack.api, ex_id, "WAITING")
     open_page(browser, stack, f"/executions/{ex_id}")
@@ -243,6 +243,12 @@ def test_bad_input_in_a_form_says_why_and_sends_nothing(browser: Any, stack: Loc
     browser.find_element("id", "sig-send").click()
     wait_until(browser, "the complaint", lambda d: "must be a JSON object" in text(d, "status"))
     assert status_of(stack.api, ex_id)["status"] == "WAITING"
+    # Then the right payload: the signal is delivered and the approval goes through.
+    payload.clear()
+    payload.send_keys('{"approved": true, "approver": "ada"}')
+    browser.find_element("id", "sig-send").click()
+    wait_until(browser, "the signal's answer", lambda d: "signal approval: done" in text(d, "status"))
+    assert wait_status(stack.api, ex_id, "COMPLETED")["output"]["approved_by"] == "ada"
 
 
 def test_cancel_from_the_execution_page(browser: Any, stack: LocalStack) -> None:
