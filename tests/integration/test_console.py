@@ -413,3 +413,16 @@ def test_loom_console_takes_a_free_port_when_the_default_is_taken_and_not_when_o
         with pytest.raises(OSError) as refused:
             webconsole.build(argparse.Namespace(url=args.url, region=None, port=port))
         assert refused.value.errno == errno.EADDRINUSE
+
+
+def test_every_static_file_is_packaged() -> None:
+    """An installed loom (not editable) carries the pages: package-data covers every file served."""
+    import fnmatch
+    import tomllib
+
+    from loom.console.server import STATIC
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["loom.console"]
+    files = [f"static/{p.name}" for p in STATIC.iterdir() if p.is_file()]
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
