@@ -281,6 +281,19 @@ def test_redrive_a_failed_execution(browser: Any, stack: LocalStack) -> None:
     wait_for("a new round of attempts", lambda: attempts() > 3, timeout=30)
 
 
+def test_a_compensated_saga_shows_its_undo_steps_after_the_forward_ones(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_saga", {"order_id": "saga-1", "amount": 9})
+    wait_status(stack.api, ex_id, "COMPENSATED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the compensation rows", lambda d: "(compensation)" in text(d, "timeline"))
+    rows = [r.text for r in browser.find_elements("css selector", "#timeline tbody tr")]
+    undo = [i for i, r in enumerate(rows) if "(compensation)" in r]
+    failed = next(i for i, r in enumerate(rows) if r.startswith("2 ship"))
+    assert len(undo) == 2 and min(undo) > failed  # refund and release, after the failure
+    assert "compensated" in text(browser, "summary")
+    shot(browser, "execution-compensated")
+
+
 def test_advance_the_clock_and_watch_a_sleeper_wake(browser: Any, stack: LocalStack) -> None:
     ex_id = start(stack.api, "order_fulfillment", {"order_id": "sleep-1", "amount": 3})
     wait_status(stack.api, ex_id, "SLEEPING")
