@@ -163,7 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             self._route(method, parts.path, parts.query)
-        _LOG.info("console.request", method=method, path=parts.path, status=self._status)
+        _LOG.debug("console.request", method=method, path=parts.path, status=self._status)
 
     def _route(self, method: str, path: str, query: str) -> None:
         if path.startswith("/api/") or path.startswith("/local/"):
