@@ -38,6 +38,7 @@ PAGES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^/local$"), "local.html"),
 )
 DRAIN_LIMIT = 16 * MAX_BODY  # an oversized body up to this is read and dropped; past it, the connection closes
+_CALLBACK_PATH = re.compile(r"^(/api/callbacks/)[^/]+")
 ASSET = re.compile(r"^/static/([A-Za-z0-9_.-]+)$")
 # Scripts and styles only from the console itself; nothing is fetched from elsewhere.
 SECURITY_HEADERS = (
@@ -163,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             self._route(method, parts.path, parts.query)
-        _LOG.debug("console.request", method=method, path=parts.path, status=self._status)
+        _LOG.debug("console.request", method=method, path=_loggable(parts.path), status=self._status)
 
     def _route(self, method: str, path: str, query: str) -> None:
         if path.startswith("/api/") or path.startswith("/local/"):
@@ -228,6 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+def _loggable(path: str) -> str:
+    """The path without a callback token (a bearer secret): logs never hold one."""
+    return _CALLBACK_PATH.sub(r"\1<token>", path)
 
 
 def _handler_class(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:

@@ -426,3 +426,16 @@ def test_every_static_file_is_packaged() -> None:
     globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["loom.console"]
     files = [f"static/{p.name}" for p in STATIC.iterdir() if p.is_file()]
     assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), (files, globs)
+
+
+def test_a_callback_token_never_reaches_the_consoles_log(
+    console: ConsoleServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom.console import server as server_module
+
+    lines: list[dict[str, Any]] = []
+    monkeypatch.setattr(server_module._LOG, "debug", lambda event, **kw: lines.append({"event": event, **kw}))
+    token = "cbtok.SECRETSECRETSECRET"
+    assert call(console, "POST", f"/api/callbacks/{token}/succeed", {"result": {}})[0] == 200
+    assert lines and all("SECRET" not in json.dumps(line) for line in lines)
+    assert lines[-1]["path"] == "/api/callbacks/<token>/succeed"
