@@ -414,6 +414,12 @@ class Target:
             }
             if self.endpoint_url:
                 env["AWS_ENDPOINT_URL"] = self.endpoint_url
+                if self.kind != "aws":
+                    # An emulator takes any key; the caller's shell may have none (or real ones,
+                    # which must not go to an emulator), as the stack's own functions get fake ones.
+                    from loom.local.emulator import fake_credentials
+
+                    env.update(fake_credentials(self.region))
             if self.clock_offset_file:
                 env["LOOM_CLOCK_OFFSET_FILE"] = str(self.clock_offset_file)
         env.setdefault("AWS_REGION", self.region)

@@ -353,8 +353,22 @@ class WorkflowSpec:
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "retry": describe_retry(self.retry),
+            "step_timeout": self.step_timeout,
             "steps": [_describe_step(self, i, s) for i, s in enumerate(self.steps)],
         }
+
+
+def describe_retry(policy: RetryPolicy) -> dict[str, Any]:
+    """The policy's numbers (its exception filters and ``decide`` are code, shown by name only)."""
+    return {
+        "max_attempts": policy.max_attempts,
+        "base": policy.base,
+        "rate": policy.rate,
+        "max_delay": policy.max_delay,
+        "jitter": policy.jitter,
+        "custom": policy.decide is not None,
+    }
 
 
 _KINDS = {CallbackSpec: "callback", SignalSpec: "signal", PollSpec: "poll", ChildSpec: "child"}
@@ -376,8 +390,27 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
             out["compensate"] = getattr(s.compensate, "__name__", repr(s.compensate))
         if s.catch is not None:
             out["catch"] = getattr(s.catch, "__name__", repr(s.catch))
+        out["retry"] = describe_retry(spec.policy_for(s))
+        if s.compensate is not None:
+            out["compensate_retry"] = describe_retry(spec.compensation_policy_for(s))
         return out
-    return {"index": i, "name": s.name, "kind": kind}
+    return {"index": i, "name": s.name, "kind": kind, "retry": describe_retry(spec.policy_for(s)), **_wait_fields(s)}
+
+
+def _wait_fields(s: StepSpec) -> dict[str, Any]:
+    """What a wait waits for and how long: the console draws it beside the step."""
+    out: dict[str, Any] = {}
+    if isinstance(s, (CallbackSpec, SignalSpec, PollSpec)):
+        out["wait_timeout"] = s.wait_timeout
+    if isinstance(s, CallbackSpec):
+        out["heartbeat_timeout"] = s.heartbeat_timeout
+    elif isinstance(s, SignalSpec):
+        out["signal"] = s.signal
+    elif isinstance(s, PollSpec):
+        out["every"] = s.every
+    elif isinstance(s, ChildSpec):
+        out["workflow"] = s.workflow
+    return out
 
 
 def build_spec(

@@ -8,6 +8,7 @@
 | GET  /executions/{id}/history        | 200, 404                                       |
 | POST /executions/{id}/cancel         | 200, 404, 409 when already terminal; body      |
 |                                      | {"compensate": true} undoes a saga's steps     |
+| POST /executions/{id}/redrive        | 200 a new round of attempts, 404, 409 unless FAILED |
 | GET  /workflows                      | 200                                            |
 | GET  /dlq?limit                      | 200: the parked messages, left in place        |
 | POST /dlq/redrive?limit              | 200: what was done with each message           |
@@ -173,6 +174,15 @@ def cancel(request: Request) -> dict[str, Any]:
     return response(200, views.execution(ex, _step_names(ex.workflow)))
 
 
+def redrive(request: Request) -> dict[str, Any]:
+    """One FAILED execution, as ``loom dlq redrive`` does it for its parked record (the console's button)."""
+    _only(request, frozenset())
+    if request.body.strip():
+        raise InvalidInput("redrive takes no body")
+    ex = wiring.engine().redrive_failed(request.params["id"])
+    return response(200, views.execution(ex, _step_names(ex.workflow)))
+
+
 def workflows(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
     return response(200, {"workflows": [spec.describe() for spec in wiring.engine().registry]})
@@ -204,6 +214,7 @@ ROUTER.add("GET", "/executions", list_executions)
 ROUTER.add("GET", "/executions/{id}", status)
 ROUTER.add("GET", "/executions/{id}/history", history)
 ROUTER.add("POST", "/executions/{id}/cancel", cancel)
+ROUTER.add("POST", "/executions/{id}/redrive", redrive)
 ROUTER.add("GET", "/workflows", workflows)
 ROUTER.add("GET", "/dlq", dlq_list)
 ROUTER.add("POST", "/dlq/redrive", dlq_redrive)

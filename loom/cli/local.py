@@ -29,7 +29,8 @@ way Lambda feeds them (SQS event source, schedule, Function URL).
 
 The data is kept in the state dir (--state-dir, $LOOM_STATE_DIR, default ./.loom): a
 restart of `loom up` finds its executions again; --fresh starts empty. Endpoints and pids
-go to <state dir>/stack.json, where `loom` and the chaos kit find them. In the foreground,
+go to <state dir>/stack.json, where `loom` and the chaos kit find them. A web console is
+served on 127.0.0.1 (its URL, with a session token, is printed with the endpoints). In the foreground,
 Ctrl-C stops everything; with -d it runs in the background until `loom down`.
 """
 
@@ -60,6 +61,14 @@ def register(sub: Any) -> None:
     up.add_argument("--host", default="127.0.0.1", help="address the emulator and control plane listen on")
     up.add_argument("--port", type=int, default=5230, help="embedded emulator port (0: any free port)")
     up.add_argument("--api-port", type=int, default=5231, help="control plane port (0: any free port)")
+    up.add_argument(
+        "--console-port",
+        type=int,
+        default=None,
+        help="web console port on 127.0.0.1, whatever --host says (0: any free port; default 5232, "
+        "or a free one when 5232 is taken)",
+    )
+    up.add_argument("--no-console", action="store_true", help="do not serve the web console")
     up.add_argument(
         "--workers",
         type=int,
@@ -193,6 +202,8 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}\n")
     signing = " (AWS_IAM: SigV4 with the stack file's key)" if info.get("control_plane_credentials") else ""
     out.write(f"  control plane:               {info.get('control_plane_url')}{signing}\n")
+    if info.get("console_url"):
+        out.write(f"  console:                     {info['console_url']}\n")
     out.write(f"  table:                       {info.get('table')}\n")
     out.write(f"  step queue:                  {info.get('queue_url')}\n")
     out.write(f"  dead-letter queue:           {info.get('dlq_url')}\n")
@@ -293,6 +304,8 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
         log_stream=log_stream,
         persist=True,
         fresh=args.fresh,
+        console_port=None if args.no_console else (5232 if args.console_port is None else args.console_port),
+        console_port_fallback=args.console_port is None,
     )
 
 
@@ -399,6 +412,10 @@ def _up_detached(args: argparse.Namespace) -> int:
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     argv = ["up", "--emulator", args.emulator, "--host", args.host, "--port", str(args.port)]
     argv += ["--api-port", str(args.api_port), "--log-level", args.log_level]
+    if args.no_console:
+        argv += ["--no-console"]
+    elif args.console_port is not None:
+        argv += ["--console-port", str(args.console_port)]
     if args.workers is not None:
         argv += ["--workers", str(args.workers)]
     if args.sqs_standard_chaos:

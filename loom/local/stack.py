@@ -122,6 +122,9 @@ class StackOptions:
     # rate (0 = off, the emulator's strict send order). Seeded, so a run can be replayed.
     sqs_standard_chaos: float = 0.0
     sqs_chaos_seed: int = 0
+    # The web console (loom/console) on 127.0.0.1 at this port (0: a free one); None: no console.
+    console_port: int | None = None
+    console_port_fallback: bool = False  # the port is only a preference: when taken, any free one
 
 
 class _EndpointSession:
@@ -170,6 +173,7 @@ class LocalStack:
         self._emulator: EmbeddedEmulator | LocalStackEmulator | None = None
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
+        self.console: Any = None  # loom.console.server.ConsoleServer when options.console_port is set
         self._sweeper_thread: threading.Thread | None = None
         self.sweeper_async: AsyncInvoker | None = None
         self.concurrency: dict[str, concurrency.ConcurrencyPlan] = {}
@@ -215,6 +219,8 @@ class LocalStack:
         if opts.emulator == "embedded":
             check_port(opts.host, opts.port, "--port")
         check_port(opts.host, opts.api_port, "--api-port")
+        if opts.console_port is not None and not opts.console_port_fallback:
+            check_port("127.0.0.1", opts.console_port, "--console-port")
         saved = self._saved_state()
         if saved is None:
             offset_clock.reset(self.clock_offset_file)  # a new stack starts at real time
@@ -249,6 +255,7 @@ class LocalStack:
         self._start_pools()
         self.started_at = time.time()
         self._start_triggers()
+        self._start_console()
         self.write_stack_file()
         if opts.write_stack_file:
             self._heartbeat_thread = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
@@ -261,6 +268,18 @@ class LocalStack:
             table=self.refs.get("Table"),
             worker_pids=self.worker_pids(),
         )
+
+    def _start_console(self) -> None:
+        if self.options.console_port is None or self.api_url is None:
+            return
+        from loom.console.app import for_stack  # only when asked: `loom up` stays fast without it
+
+        try:
+            self.console = for_stack(self, self.options.console_port).start()
+        except OSError as exc:
+            if not (self.options.console_port_fallback and exc.errno in (errno.EADDRINUSE, errno.EACCES)):
+                raise
+            self.console = for_stack(self, 0).start()
 
     def _saved_state(self) -> dict[str, Any] | None:
         """What a persistent start puts back (None: start empty, at real time)."""
@@ -286,6 +305,9 @@ class LocalStack:
         if self._http is not None:
             with contextlib.suppress(Exception):
                 self._http.stop()
+        if self.console is not None:
+            with contextlib.suppress(Exception):
+                self.console.stop()
         for pool in self.pools.values():
             pool.stop()
         if self._esm is not None:
@@ -574,6 +596,8 @@ class LocalStack:
             "aws_endpoint_url": self.endpoint_url,
             "control_plane_url": self.api_url,
             "control_plane_credentials": self.principal.to_json(),
+            # Carries the console's session token: the stack file is owner-only for the key above already.
+            "console_url": self.console.url if self.console is not None else None,
             "table": self.refs.get("Table"),
             "queue_url": self.refs.get("StepQueue"),
             "dlq_url": self.refs.get("DeadLetterQueue"),

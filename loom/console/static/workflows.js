@@ -1,0 +1,52 @@
+// Workflows: each registered workflow's steps with their retry policies, sleeps, waits,
+// fan-outs (parallel/map, drawn generically) and compensations, from GET /workflows.
+"use strict";
+(() => {
+  const { h, api, fail, duration, badge } = Loom;
+
+  function retry(policy) {
+    if (!policy) return null;
+    if (policy.max_attempts === 1) return "no retry";
+    const custom = policy.custom ? ", custom decide()" : "";
+    return `up to ${policy.max_attempts} attempts, ${duration(policy.base)} ×${policy.rate} capped at ${duration(policy.max_delay)}, jitter ${policy.jitter}${custom}`;
+  }
+
+  function facts(step) {
+    const out = [];
+    if (step.kind === "sleep") out.push(`sleeps ${duration(step.seconds)}`);
+    if (step.kind === "signal") out.push(`waits for signal “${step.signal}”`);
+    if (step.kind === "callback") out.push("waits for a callback (token)");
+    if (step.kind === "poll") out.push(`checks every ${duration(step.every)}`);
+    if (step.kind === "child") out.push(`starts child workflow ${step.workflow}`);
+    if (step.wait_timeout) out.push(`times out after ${duration(step.wait_timeout)}`);
+    if (step.heartbeat_timeout) out.push(`heartbeat every ${duration(step.heartbeat_timeout)}`);
+    if (step.timeout) out.push(`runs at most ${duration(step.timeout)}`);
+    if (step.semantics === "at_most_once") out.push("at most once");
+    const r = retry(step.retry);
+    if (r) out.push(`retry: ${r}`);
+    if (step.compensate) out.push(`compensated by ${step.compensate}${step.compensate_retry ? " (" + retry(step.compensate_retry) + ")" : ""}`);
+    if (step.catch) out.push(`caught by ${step.catch}`);
+    return out;
+  }
+
+  function stepItem(step) {
+    const branches = step.branches || step.steps || null;  // parallel/map: their inner steps, when the API gives them
+    return h("li", { "data-kind": step.kind },
+      badge(step.kind), " ", h("strong", {}, step.name),
+      h("div", { class: "muted" }, facts(step).join(" · ")),
+      branches && branches.length ? h("ol", { class: "steps" }, branches.map((b) => stepItem(b))) : null);
+  }
+
+  async function load() {
+    const data = await api("GET", "/api/workflows");
+    const root = document.getElementById("workflows");
+    root.replaceChildren(...data.workflows.map((w) => h("section", { class: "panel", id: `wf-${w.name}`, "aria-labelledby": `wf-h-${w.name}` },
+      h("h2", { id: `wf-h-${w.name}` }, w.name),
+      h("p", { class: "muted" }, `${w.steps.length} steps; default retry: ${retry(w.retry) || "(not reported)"}`,
+        " · ", h("a", { href: `/?workflow=${encodeURIComponent(w.name)}` }, "its executions")),
+      h("ol", { class: "steps", start: 0 }, w.steps.map(stepItem)))));
+    if (location.hash) document.getElementById(location.hash.slice(1))?.scrollIntoView();
+  }
+
+  load().catch(fail);
+})();

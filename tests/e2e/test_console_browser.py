@@ -1,0 +1,474 @@
+"""The web console in a real browser (headless Chromium through selenium) on one local stack.
+
+List, open an execution, complete a callback, cancel, redrive, advance the clock and watch a
+sleeper wake; screenshots of each page go to reports/. Without chromium and chromedriver the
+browser tests skip with the reason (`.ci/run` installs them when it runs as root). The plain
+HTTP checks against the same stack run either way.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.adapters.ledger import DynamoLedger
+from loom.local.client import LocalApi, call, ok
+from loom.local.sigv4 import new_principal
+from loom.local.stack import LocalStack, StackOptions
+from tests.e2e.support import start, status_of, wait_for, wait_status
+
+pytestmark = [pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORTS = ROOT / "reports"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1366,900",
+)
+
+
+def chromium() -> str | None:
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    # No scheduled sweeper: only the console's "advance" (which runs it once) can wake a sleeper here.
+    opts = StackOptions(
+        port=0, api_port=0, state_dir=tmp_path_factory.mktemp("console-stack"), console_port=0, sweeper=False
+    )
+    with LocalStack(opts) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(stack: LocalStack) -> Iterator[Any]:
+    binary = chromium()
+    if binary is None or not Path(CHROMEDRIVER).exists():
+        pytest.skip(
+            f"no browser to drive: chromium={binary}, {CHROMEDRIVER} exists={Path(CHROMEDRIVER).exists()} "
+            "(apt-get install chromium chromium-driver; .ci/run does it as root)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="loom-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    # An explicit driver: selenium-manager never runs, so nothing is downloaded.
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    driver.get(stack.console.url)  # the token becomes the session cookie
+    REPORTS.mkdir(exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def open_page(driver: Any, stack: LocalStack, path: str) -> None:
+    driver.get(stack.console.base_url + path)
+
+
+def wait_until(driver: Any, what: str, check: Any, timeout: float = 20.0) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def safe(d: Any) -> Any:
+        try:
+            return check(d)
+        except StaleElementReferenceException:  # the page redrew the element under us
+            return False
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(safe)
+    except Exception as exc:
+        status = driver.find_element("id", "status").text
+        raise AssertionError(f"timed out waiting for {what} (status line: {status!r})") from exc
+
+
+def shot(driver: Any, name: str) -> None:
+    """The whole page: the window grows to the document's height for the picture."""
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1366, min(max(900, height + 140), 5000))
+    driver.save_screenshot(str(REPORTS / f"console-{name}.png"))
+    driver.set_window_size(1366, 900)
+
+
+def text(driver: Any, element_id: str) -> str:
+    return str(driver.find_element("id", element_id).text)
+
+
+def rows_with_state(driver: Any, state: str) -> list[Any]:
+    return list(driver.find_elements("css selector", f"#timeline tbody tr[data-state='{state}']"))
+
+
+# ---------------------------------------------------------------- plain HTTP on the real stack
+
+
+def test_the_console_url_is_in_the_stack_file_and_the_proxy_reaches_the_real_control_plane(stack: LocalStack) -> None:
+    assert stack.info["console_url"] == stack.console.url and "?token=" in stack.console.url
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "http-1", "amount": 1})
+    conn = http.client.HTTPConnection("127.0.0.1", stack.console.port, timeout=30)
+    cookie = f"{stack.console.gate.cookie_name}={stack.console.gate.token}"
+    conn.request("GET", f"/api/executions/{ex_id}", headers={"Cookie": cookie})
+    answer = conn.getresponse()
+    assert answer.status == 200 and json.loads(answer.read())["id"] == ex_id
+    conn.request("GET", f"/api/executions/{ex_id}")  # no cookie: no data
+    refused = conn.getresponse()
+    assert refused.status == 401 and ex_id.encode() not in refused.read()
+
+
+def test_the_control_plane_itself_refuses_unsigned_and_wrongly_signed_requests(stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "http-2", "amount": 1})
+    wrong = LocalApi(stack.api.url, new_principal().credentials(), stack.api.region)
+    status, body = call(wrong, "GET", f"/executions/{ex_id}")
+    assert status == 403 and ex_id not in json.dumps(body)
+    host = stack.api.url.split("//", 1)[1]
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.request("GET", f"/executions/{ex_id}")
+    answer = conn.getresponse()
+    assert answer.status == 403 and ex_id.encode() not in answer.read()
+
+
+def test_loom_console_serves_the_running_stack_from_its_stack_file(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loom.console.app import for_stackfile
+
+    monkeypatch.setenv("LOOM_STATE_DIR", str(stack.state_dir))
+    server = for_stackfile(stack.info, port=0).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        cookie = {"Cookie": f"{server.gate.cookie_name}={server.gate.token}"}
+        conn.request("GET", "/api/workflows", headers=cookie)
+        answer = conn.getresponse()
+        assert answer.status == 200 and "order_saga" in {w["name"] for w in json.loads(answer.read())["workflows"]}
+        conn.request("GET", "/local/clock", headers=cookie)
+        assert conn.getresponse().status == 200  # a local stack: the kit's controls are there
+        # Advance from this other process: the sweeper runs in a subprocess, even from a shell with no AWS keys.
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        headers = {**cookie, "Origin": server.base_url, "Content-Type": "application/json"}
+        conn.request("POST", "/local/clock/advance", body=b'{"duration": "1s"}', headers=headers)
+        advanced = json.loads(conn.getresponse().read())
+        assert advanced["advanced_seconds"] == 1 and isinstance(advanced["sweep"], dict), advanced
+        assert server.gate.token != stack.console.gate.token  # its own session, its own token
+    finally:
+        server.stop()
+
+
+# ---------------------------------------------------------------- in the browser
+
+
+def test_list_filters_and_keyboard(browser: Any, stack: LocalStack) -> None:
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    ids = [start(stack.api, "order_fulfillment", {"order_id": f"list-{i}", "amount": i}) for i in range(2)]
+    for ex_id in ids:
+        wait_status(stack.api, ex_id, "SLEEPING")
+    open_page(browser, stack, "/")
+    wait_until(browser, "the rows", lambda d: all(d.find_elements("css selector", f"tr[data-id='{i}']") for i in ids))
+    row = browser.find_element("css selector", f"tr[data-id='{ids[0]}']")
+    assert "order_fulfillment" in row.text and "sleeping" in row.text and "sleep_1h" in row.text
+    wait_until(browser, "the counts", lambda d: "sleeping" in text(d, "counts"))
+    shot(browser, "executions")
+    Select(browser.find_element("id", "f-status")).select_by_value("COMPLETED")
+    browser.find_element("css selector", "#filters button[type=submit]").click()
+    wait_until(browser, "the filter", lambda d: not d.find_elements("css selector", f"tr[data-id='{ids[0]}']"))
+    # Keyboard: the first Tab lands on the skip link, and focus is drawn.
+    open_page(browser, stack, "/")
+    browser.find_element("tag name", "body").send_keys(Keys.TAB)
+    focused = browser.switch_to.active_element
+    assert focused.get_attribute("class") == "skip"
+    assert focused.value_of_css_property("outline-style") == "solid"
+
+
+def test_open_an_execution_and_complete_its_callback(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "payment_webhook", {"order_id": "cb-1", "amount": 12})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, "/")
+    link = wait_until(browser, "the row's link", lambda d: d.find_element("link text", ex_id))
+    link.click()
+    wait_until(browser, "the waiting row", lambda d: rows_with_state(d, "waiting"))
+    assert "waiting for callback payment" in text(browser, "timeline")
+    assert rows_with_state(browser, "pending")  # the poll and notify steps still to come
+    shot(browser, "execution-waiting")
+    inbox = DynamoLedger(stack.client("dynamodb"), stack.refs["Table"]).effects(ex_id)
+    token = next(e["callback_token"] for e in inbox.values() if e.get("callback_token"))
+    browser.find_element("id", "cb-token").send_keys(token)
+    browser.find_element("id", "cb-result").clear()
+    browser.find_element("id", "cb-result").send_keys('{"paid": 12}')
+    browser.find_element("id", "cb-succeed").click()
+    wait_until(browser, "the callback's answer", lambda d: "callback succeed: done" in text(d, "status"))
+    steps = ok(stack.api, "GET", f"/executions/{ex_id}/history")["steps"]
+    assert steps[1]["name"] == "payment" and steps[1]["status"] == "COMPLETED" and steps[1]["result"] == {"paid": 12}
+    wait_until(
+        browser,
+        "the completed payment row",
+        lambda d: d.find_elements("css selector", "tr[data-step='1'][data-state='completed']"),
+    )
+
+
+def test_send_a_signal_after_bad_input_that_says_why_and_sends_nothing(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_approval", {"order_id": "bad-1"})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(
+        browser, "the signal name", lambda d: d.find_element("id", "sig-name").get_attribute("value") == "approval"
+    )
+    payload = browser.find_element("id", "sig-payload")
+    payload.clear()
+    payload.send_keys("{not json")
+    browser.find_element("id", "sig-send").click()
+    wait_until(browser, "the complaint", lambda d: "must be a JSON object" in text(d, "status"))
+    assert status_of(stack.api, ex_id)["status"] == "WAITING"
+    # Then the right payload: the signal is delivered and the approval goes through.
+    payload.clear()
+    payload.send_keys('{"approved": true, "approver": "ada"}')
+    browser.find_element("id", "sig-send").click()
+    wait_until(browser, "the signal's answer", lambda d: "signal approval: done" in text(d, "status"))
+    assert wait_status(stack.api, ex_id, "COMPLETED")["output"]["approved_by"] == "ada"
+
+
+def test_cancel_from_the_execution_page(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_approval", {"order_id": "cancel-1"})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the cancel button", lambda d: d.find_element("id", "act-cancel").is_enabled())
+    browser.find_element("id", "act-cancel").click()
+    browser.switch_to.alert.accept()
+    wait_until(browser, "the cancelled badge", lambda d: "cancelled" in text(d, "summary"))
+    assert status_of(stack.api, ex_id)["status"] == "CANCELLED"
+    assert browser.find_element("id", "act-cancel").is_enabled() is False
+    shot(browser, "execution-cancelled")
+
+
+def test_redrive_a_failed_execution(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "poison_pill", {"order_id": "poison-1"})
+    wait_status(stack.api, ex_id, "FAILED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the failed attempts", lambda d: rows_with_state(d, "failed"))
+    assert "TransientStepError" in text(browser, "timeline")
+    shot(browser, "execution-failed")
+    browser.find_element("id", "act-redrive").click()
+    wait_until(browser, "the redrive's answer", lambda d: "redrive: done" in text(d, "status"))
+
+    def attempts() -> int:
+        steps = ok(stack.api, "GET", f"/executions/{ex_id}/history")["steps"]
+        return len(next(s for s in steps if s["name"] == "always_fails")["attempts"])
+
+    wait_for("a new round of attempts", lambda: attempts() > 3, timeout=30)
+
+
+def test_a_compensated_saga_shows_its_undo_steps_after_the_forward_ones(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_saga", {"order_id": "saga-1", "amount": 9})
+    wait_status(stack.api, ex_id, "COMPENSATED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the compensation rows", lambda d: "(compensation)" in text(d, "timeline"))
+    rows = [r.text for r in browser.find_elements("css selector", "#timeline tbody tr")]
+    undo = [i for i, r in enumerate(rows) if "(compensation)" in r]
+    failed = next(i for i, r in enumerate(rows) if r.startswith("2 ship"))
+    assert len(undo) == 2 and min(undo) > failed  # refund and release, after the failure
+    assert "compensated" in text(browser, "summary")
+    shot(browser, "execution-compensated")
+
+
+def test_advance_the_clock_and_watch_a_sleeper_wake(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "sleep-1", "amount": 3})
+    wait_status(stack.api, ex_id, "SLEEPING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the sleeping row", lambda d: rows_with_state(d, "sleeping"))
+    assert "sleeping until" in text(browser, "timeline")
+    shot(browser, "execution-sleeping")
+    open_page(browser, stack, "/local")
+    wait_until(browser, "the clock", lambda d: text(d, "clock-now"))
+    field = browser.find_element("id", "advance-by")
+    field.clear()
+    field.send_keys("2h")
+    browser.find_element("id", "advance").click()
+    wait_until(browser, "the sweep", lambda d: "the sweeper ran" in text(d, "sweep-result"))
+    shot(browser, "local")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the sleeper to finish", lambda d: "completed" in text(d, "summary"), timeout=30)
+    assert not rows_with_state(browser, "sleeping") and not rows_with_state(browser, "pending")
+    shot(browser, "execution-completed")
+
+
+def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
+    open_page(browser, stack, "/workflows")
+    wait_until(browser, "the workflows", lambda d: d.find_elements("id", "wf-order_saga"))
+    saga = text(browser, "wf-order_saga")
+    assert "compensated by" in saga and "retry:" in saga
+    assert "sleeps 1h" in text(browser, "wf-order_fulfillment")
+    assert "waits for signal" in text(browser, "wf-order_approval")
+    shot(browser, "workflows")
+    open_page(browser, stack, "/dlq")
+    wait_until(browser, "the DLQ count", lambda d: "parked" in text(d, "dlq-count"))
+    shot(browser, "dlq")
+    browser.find_element("id", "redrive").click()
+    wait_until(browser, "the redrive summary", lambda d: "redrive:" in text(d, "status"))
+
+
+def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: Any, stack: LocalStack) -> None:
+    open_page(browser, stack, "/local")
+    button = wait_until(
+        browser,
+        "the scenario's button",
+        lambda d: d.find_element("css selector", "button[data-scenario='signal_race']"),
+    )
+    assert button.is_enabled()
+    assert not browser.find_element("css selector", "button[data-scenario='crash_mid_step']").is_enabled()
+    button.click()
+
+    def finished(d: Any) -> Any:
+        rows = d.find_elements("css selector", "#runs tbody tr")
+        done = [r for r in rows if "signal_race" in r.text and r.find_elements("css selector", ".s-pass, .s-fail")]
+        return done[0] if done and done[0].find_elements("css selector", "a") else None
+
+    row = wait_until(browser, "the scenario's result", finished, timeout=90)
+    assert row.find_elements("css selector", ".s-pass"), row.text
+    links = row.find_elements("css selector", "a")
+    assert len(links) == 2 and all("chaos-signal-race-" in a.text for a in links)
+    shot(browser, "local-chaos")
+    links[0].click()
+    mark = wait_until(browser, "the chaos mark", lambda d: rows_with_state(d, "chaos"))
+    assert "signal bursts" in mark[0].text and "recovered in" in mark[0].text
+    shot(browser, "execution-chaos")
+
+
+# ---------------------------------------------------------------- the agreed API fields (issue 13)
+
+CONTRACT_ID = "contract-1"
+T0 = 1_796_000_000.0
+
+
+def _contract_answers() -> dict[str, Any]:
+    """A control plane already answering the fields agreed for issue 13: state, pending, events, kinds, items."""
+    attempt = {"attempt": 1, "outcome": "completed", "error": None, "retry_delay": None, "duration_seconds": 0.5}
+    failed = {
+        "attempt": 1,
+        "outcome": "failed",
+        "retry_delay": 4.0,
+        "started_at_epoch": T0 + 1,
+        "error": {
+            "type": "Declined",
+            "message": "card refused",
+            "traceback": [{"file": "f.py", "line": 3, "function": "go"}],
+        },
+    }
+    state = {"kind": "running", "reason": "running step charge (attempt 1)", "until": None, "until_epoch": None}
+    return {
+        f"/executions/{CONTRACT_ID}": {
+            "id": CONTRACT_ID,
+            "workflow": "fanout",
+            "status": "RUNNING",
+            "current_step": 1,
+            "current_step_name": "charge",
+            "attempt": 1,
+            "created_at_epoch": T0,
+            "updated_at_epoch": T0 + 3,
+            "input": {"n": 2},
+            "output": {"n": 2},
+            "state": state,
+            "children": [{"id": f"{CONTRACT_ID}--2-1", "workflow": "child_wf", "status": "RUNNING"}],
+        },
+        f"/executions/{CONTRACT_ID}/history": {
+            "id": CONTRACT_ID,
+            "state": state,
+            "steps": [
+                {
+                    "index": 0,
+                    "name": "split",
+                    "kind": "map",
+                    "phase": "forward",
+                    "status": "COMPLETED",
+                    "attempts": [attempt],
+                    "duration_seconds": 2.0,
+                    "started_at_epoch": T0,
+                    "finished_at_epoch": T0 + 2,
+                    "result": {"parts": 2},
+                    "items": [
+                        {"index": 0, "status": "COMPLETED", "attempts": [attempt], "duration_seconds": 0.5},
+                        {"index": 1, "status": "FAILED", "attempts": [failed], "duration_seconds": 1.0},
+                    ],
+                }
+            ],
+            "pending": [{"index": 1, "name": "charge", "kind": "step"}, {"index": 2, "name": "ship", "kind": "child"}],
+            "events": [
+                {"kind": "started", "at_epoch": T0},
+                {"kind": "cancelled", "at_epoch": T0 + 3, "compensate": True},
+            ],
+        },
+        "/workflows": {"workflows": [{"name": "fanout", "steps": [{"index": 0, "name": "split", "kind": "map"}]}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def contract_console(stack: LocalStack) -> Iterator[Any]:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from loom.client import ControlPlane, Target
+    from loom.console.proxy import Proxy
+    from loom.console.server import ConsoleServer
+
+    answers = _contract_answers()
+
+    class Plane(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            body = json.dumps(answers.get(self.path.split("?")[0], {"error": {"code": "not_found", "message": "no"}}))
+            self.send_response(200 if self.path.split("?")[0] in answers else 404)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+    plane = ThreadingHTTPServer(("127.0.0.1", 0), Plane)
+    Thread(target=plane.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{plane.server_address[1]}"
+    client = ControlPlane(Target(url, signed=True, region="us-east-1", credentials=stack.principal.credentials()))
+    console = ConsoleServer(Proxy(client), None, port=0, mode="deployed").start()
+    yield console
+    console.stop()
+    plane.shutdown()
+    plane.server_close()
+
+
+def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, contract_console: Any) -> None:
+    browser.get(contract_console.url)
+    browser.get(f"{contract_console.base_url}/executions/{CONTRACT_ID}")
+    wait_until(browser, "the item rows", lambda d: d.find_elements("css selector", "#timeline tr.nested"))
+    assert "running step charge (attempt 1)" in text(browser, "summary")
+    table = text(browser, "timeline")
+    assert "0 split [map]" in table and "item 0" in table and "item 1" in table
+    assert "Declined: card refused" in browser.find_element("id", "timeline").get_attribute("textContent")
+    assert "cancelled with compensation" in table and "started" in table
+    assert browser.find_elements("css selector", "tr[data-state='running']")  # the current step, not yet recorded
+    assert browser.find_elements("css selector", "tr[data-state='pending']")  # ship, still to come
+    assert f"{CONTRACT_ID}--2-1" in table  # the child, nested
+    assert not browser.find_elements("css selector", "[data-nav=local]:not([hidden])")  # deployed: no local page
+    shot(browser, "execution-contract")

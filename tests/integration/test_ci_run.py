@@ -1,0 +1,85 @@
+""".ci/run installs chromium and chromedriver (apt-get, non-interactive) when it runs as root and
+they are missing, then hands over to scripts/test: CI always runs the console's browser tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loom.template import ROOT
+
+pytestmark = pytest.mark.integration
+
+TOOLS = ("bash", "dirname", "env", "cat")
+
+
+def sandbox(tmp_path: Path, *, uid: int, present: tuple[str, ...]) -> tuple[Path, Path]:
+    """A copy of .ci/run with stand-ins for id, apt-get, chromium, chromedriver and scripts/test."""
+    repo, bin_dir, log = tmp_path / "repo", tmp_path / "bin", tmp_path / "calls.log"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "scripts").mkdir()
+    bin_dir.mkdir()
+    shutil.copy2(ROOT / ".ci" / "run", repo / ".ci" / "run")
+    stubs = {
+        "id": f"echo {uid}\n",
+        "apt-get": f'echo "apt-get $* DEBIAN_FRONTEND=${{DEBIAN_FRONTEND:-}}" >> {log}\n',
+        **{name: "exit 0\n" for name in present},
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (repo / "scripts" / "test").write_text(f'#!/bin/sh\necho "scripts/test $*" >> {log}\n')
+    (repo / "scripts" / "test").chmod(0o755)
+    for tool in TOOLS:  # only these from the system: chromium must not be found on the real PATH
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    return repo, log
+
+
+def run(repo: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path)}
+    return subprocess.run(
+        [str(tmp_path / "bin" / "bash"), str(repo / ".ci" / "run"), "-k", "console"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_as_root_without_a_browser_it_installs_chromium_then_runs_the_tests(tmp_path: Path) -> None:
+    repo, log = sandbox(tmp_path, uid=0, present=())
+    done = run(repo, tmp_path)
+    assert done.returncode == 0, done.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("apt-get update") and calls[0].endswith("DEBIAN_FRONTEND=noninteractive")
+    install = calls[1].split()
+    assert install[:2] == ["apt-get", "install"] and "-y" in install and "-qq" in install
+    assert {"chromium", "chromium-driver"} <= set(install)
+    assert calls[1].endswith("DEBIAN_FRONTEND=noninteractive")
+    assert calls[2] == "scripts/test -k console"  # then the tests, with the arguments passed on
+
+
+def test_a_missing_driver_alone_is_installed_too(tmp_path: Path) -> None:
+    repo, log = sandbox(tmp_path, uid=0, present=("chromium",))
+    assert run(repo, tmp_path).returncode == 0
+    assert "chromium-driver" in log.read_text()
+
+
+@pytest.mark.parametrize(("uid", "present"), [(1000, ()), (0, ("chromium", "chromedriver"))])
+def test_not_root_or_already_installed_installs_nothing(tmp_path: Path, uid: int, present: tuple[str, ...]) -> None:
+    repo, log = sandbox(tmp_path, uid=uid, present=present)
+    done = run(repo, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == ["scripts/test -k console"]
+
+
+def test_the_real_script_is_executable_and_ends_in_scripts_test() -> None:
+    script = ROOT / ".ci" / "run"
+    assert os.access(script, os.X_OK)
+    assert script.read_text().rstrip().splitlines()[-1] == 'exec ./scripts/test "$@"'
