@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-GROUPS = ("loom.cli.executions", "loom.cli.waits", "loom.cli.logs", "loom.cli.local", "loom.cli.chaos", "loom.cli.webconsole")
+GROUPS = (
+    "loom.cli.executions",
+    "loom.cli.waits",
+    "loom.cli.logs",
+    "loom.cli.local",
+    "loom.cli.chaos",
+    "loom.cli.webconsole",
+)
 
 
 def _version() -> str:
