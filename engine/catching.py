@@ -127,7 +127,7 @@ def _fail(
     )
     info = attempt.error or {}
     name = record_name(st.name)
-    if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
+    if not steps.record_failure(parts, ex, name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, name)
         if record is not None and _completed(record):
             return steps.advance(parts, ex, spec, record.result, ran=ran)

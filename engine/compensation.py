@@ -222,7 +222,7 @@ def fail_attempt(
     )
     info = attempt.error or {}
     name = record_name(st.name)
-    if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
+    if not steps.record_failure(parts, ex, name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, name)
         if record is not None and record.status is StepStatus.COMPLETED:
             return advance(parts, ex, spec, ran=ran)

@@ -204,7 +204,7 @@ def fail_attempt(
         parts, ex, spec.policy_for(st), error, started_at=started_at, outcome=outcome, detail=detail
     )
     info = attempt.error
-    if not _record_failure(parts, ex, st, attempt, final=not decision.retry):
+    if not record_failure(parts, ex, st.name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, st.name)
         if record is not None and record.status is StepStatus.COMPLETED:
             # A concurrent run of this step succeeded: that result wins over this failure.
@@ -255,14 +255,16 @@ def schedule_retry(
     return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, effects)
 
 
-def _record_failure(parts: Parts, ex: Execution, st: StepSpec, attempt: Attempt, *, final: bool) -> bool:
+def record_failure(parts: Parts, ex: Execution, name: str, attempt: Attempt, *, final: bool) -> bool:
+    """Record a failed attempt in the history record ``name`` (a step's, a compensation's or a
+    catch's) at the current step; False when the history rules refuse it."""
     try:
-        return parts.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=final)
+        return parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=final)
     except PayloadTooLarge:
         # A record written before the bounds existed can be too full for a full error;
         # a brief one still says what happened, and the attempt is still counted.
         brief = replace(attempt, error=_brief(attempt.error))
-        return parts.store.record_failure(ex.id, ex.current_step, st.name, brief, final=final)
+        return parts.store.record_failure(ex.id, ex.current_step, name, brief, final=final)
 
 
 def _brief(info: dict[str, Any] | None) -> dict[str, Any]:
