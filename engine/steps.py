@@ -23,7 +23,7 @@ from engine.errors import (
     ResultTooLarge,
     WorkflowDefinitionError,
 )
-from engine.history_rules import last_attempt
+from engine.history_rules import last_attempt, last_error
 from engine.limits import check_item, full_detail, history_item_size, meta_item_size, truncate_middle
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
@@ -234,6 +234,27 @@ def follow_recorded_failure(parts: Parts, ex: Execution, st: StepSpec, record: S
         return fail_execution(parts, ex, recorded.error or {}, st_name=st.name, reason="recorded_failure", ran=1)
     due = recorded.finished_at + (recorded.retry_delay or 0.0)
     return schedule_retry(parts, ex, st, max(0.0, due - parts.clock.now()), recorded.error, ran=1)
+
+
+def follow_failure(
+    parts: Parts,
+    ex: Execution,
+    record: StepRecord,
+    *,
+    give_up: Callable[[dict[str, Any]], LinkResult],
+    retry: Callable[[float, dict[str, Any] | None], LinkResult],
+) -> LinkResult:
+    """Carry out what a recorded failure of this attempt of a compensation or a catch handler
+    decided (its writer may have died before its state write): ``give_up`` with the last error
+    of a FAILED record, ``retry`` when the recorded delay is due; STALE when a later attempt is
+    recorded (the execution moved on)."""
+    if record.status is StepStatus.FAILED:
+        return give_up(last_error(record))
+    recorded = next((a for a in record.attempts if a.attempt == ex.attempt), None)
+    if recorded is None:
+        return LinkResult(OutcomeStatus.STALE)
+    due = recorded.finished_at + (recorded.retry_delay or 0.0)
+    return retry(max(0.0, due - parts.clock.now()), recorded.error)
 
 
 def schedule_retry(
