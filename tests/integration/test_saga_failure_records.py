@@ -1,4 +1,4 @@
-"""A compensation's or a catch's failure in a history record too full for its full error.
+"""A compensation's or a catch's recorded failure: too full a record, a lost state write.
 
 A record written before the bounds existed (engine/limits.py) may have no room left for a
 full error (message and traceback): DynamoDB refuses that update as too large. The failure
@@ -9,6 +9,9 @@ The store refuses here at the port (the wrapped adapter raises ``PayloadTooLarge
 full error once the record holds an attempt, as the real one does for DynamoDB's ValidationException):
 moto cannot hold such a record, as it counts an attribute's old and new value together
 when an update replaces it, so an update of an ``attempts`` list over ~200 KB always fails.
+
+A failure recorded whose state write (the retry, or the end) was then lost is followed from
+its record on the redelivery (``steps.follow_failure``): the body does not run again.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, StepStatus, step
+from engine import NonRetryableError, Registry, RetryPolicy, Status, StepStatus, step
 from engine.errors import PayloadTooLarge
-from engine.state import Attempt
+from engine.state import Attempt, Execution
 from tests.integration.engine_support import add_workflow, dead_letters
 
 pytestmark = pytest.mark.integration
@@ -39,6 +42,16 @@ class Body:
         raise RuntimeError(LONG)
 
 
+class Flaky(Body):
+    """Fails its first attempt only."""
+
+    def __call__(self, ctx: Any, *_: Any) -> dict[str, Any]:
+        if not self.attempts:
+            super().__call__(ctx)
+        self.attempts.append(ctx.attempt)
+        return {"done": ctx.attempt}
+
+
 def refuse(ctx):
     raise NonRetryableError("no courier")
 
@@ -49,7 +62,7 @@ def reserve(ctx):
 
 @pytest.fixture
 def bodies():
-    return {"undo": Body(), "catch": Body()}
+    return {"undo": Body(), "catch": Body(), "flaky_undo": Flaky(), "flaky_catch": Flaky()}
 
 
 @pytest.fixture
@@ -58,6 +71,9 @@ def reg(bodies):
     saga = [step(reserve, compensate=bodies["undo"], compensate_retry=TWICE), step(refuse, name="ship")]
     add_workflow(reg, "saga", saga, retry=TWICE)
     add_workflow(reg, "caught", [step(refuse, name="ship", catch=bodies["catch"])], retry=TWICE)
+    flaky = [step(reserve, compensate=bodies["flaky_undo"], compensate_retry=TWICE), step(refuse, name="ship")]
+    add_workflow(reg, "saga_flaky", flaky, retry=TWICE)
+    add_workflow(reg, "caught_flaky", [step(refuse, name="ship", catch=bodies["flaky_catch"])], retry=TWICE)
     return reg
 
 
@@ -113,3 +129,47 @@ def test_a_catch_handlers_failure_too_large_for_its_record_is_recorded_briefly(r
     assert ex.status.value == "FAILED" and ex.error["type"] == "RuntimeError"
     (letter,) = dead_letters(rig.aws)
     assert letter["loom"] == "failed" and letter["execution_id"] == "catch-full"
+
+
+def lose_one_write(rig, which) -> list[Execution]:
+    """The first state write ``which`` picks fails (throttled) after its failure was recorded."""
+    lost: list[Execution] = []
+
+    def fail(ex: Execution) -> bool:
+        if not lost and which(ex):
+            lost.append(ex)
+            return True
+        return False
+
+    rig.store.fail_put = fail
+    return lost
+
+
+def test_a_compensation_retry_whose_state_write_was_lost_is_followed_from_its_record(rig, bodies):
+    lost = lose_one_write(rig, lambda ex: ex.status is Status.COMPENSATING and ex.attempt == 2)
+    rig.engine.start("saga_flaky", {}, execution_id="undo-follow")
+    rig.driver.pump()
+    assert len(lost) == 1 and bodies["flaky_undo"].attempts == [1, 2], "attempt 1 is not run again"
+    assert rig.status("undo-follow") == "COMPENSATED"
+    record = rig.engine.store.get_step("undo-follow", 0, "reserve#compensate")
+    assert [(a.attempt, a.outcome.value) for a in record.attempts] == [(1, "failed"), (2, "completed")]
+
+
+def test_a_compensations_end_whose_state_write_was_lost_is_followed_from_its_record(rig, bodies):
+    lost = lose_one_write(rig, lambda ex: ex.status is Status.COMPENSATION_FAILED)
+    rig.engine.start("saga", {}, execution_id="undo-gave-up")
+    rig.driver.pump()
+    assert len(lost) == 1 and bodies["undo"].attempts == [1, 2], "no attempt runs after the final one"
+    ex = rig.engine.get("undo-gave-up")
+    assert ex.status is Status.COMPENSATION_FAILED and ex.error["compensation"]["type"] == "RuntimeError"
+    # Dead-lettered before each try of the lost write: twice at worst, as the design says.
+    assert [d["loom"] for d in dead_letters(rig.aws)] == ["compensation_failed"] * 2
+
+
+def test_a_catch_retry_whose_state_write_was_lost_is_followed_from_its_record(rig, bodies):
+    lost = lose_one_write(rig, lambda ex: ex.catching is not None and ex.attempt == 3)
+    rig.engine.start("caught_flaky", {}, execution_id="catch-follow")
+    rig.driver.pump()
+    assert len(lost) == 1 and bodies["flaky_catch"].attempts == [2, 3], "attempt 2 is not run again"
+    ex = rig.engine.get("catch-follow")
+    assert ex.status is Status.COMPLETED and ex.context["done"] == 3
