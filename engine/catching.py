@@ -20,6 +20,7 @@ from typing import Any
 from engine import steps
 from engine import transitions as tr
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
+from engine.history_rules import last_error
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
@@ -52,7 +53,7 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkRe
     name = record_name(st.name)
     record = parts.store.get_step(ex.id, ex.current_step, name)
     if record is not None and record.status is StepStatus.FAILED:
-        return steps.fail_execution(parts, ex, _last_error(record), st_name=st.name, reason="catch_failed")
+        return steps.fail_execution(parts, ex, last_error(record), st_name=st.name, reason="catch_failed")
     if record is not None and any(a.attempt >= ex.attempt for a in record.attempts) and not _completed(record):
         return _follow(parts, ex, st, record)
     now = parts.clock.now()
@@ -127,7 +128,7 @@ def _fail(
     )
     info = attempt.error or {}
     name = record_name(st.name)
-    if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
+    if not steps.record_failure(parts, ex, name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, name)
         if record is not None and _completed(record):
             return steps.advance(parts, ex, spec, record.result, ran=ran)
@@ -137,23 +138,16 @@ def _fail(
     return steps.schedule_retry(parts, ex, st, decision.delay, info, ran=ran)
 
 
-def _follow(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord | None) -> LinkResult:
+def _follow(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord) -> LinkResult:
     """This attempt's failure is recorded (its writer may have died before the state write)."""
-    if record is None:
-        return LinkResult(OutcomeStatus.STALE)
-    if record.status is StepStatus.FAILED:
-        return steps.fail_execution(parts, ex, _last_error(record), st_name=st.name, reason="catch_failed")
-    recorded = next((a for a in record.attempts if a.attempt == ex.attempt), None)
-    if recorded is None:
-        return LinkResult(OutcomeStatus.STALE)
-    due = recorded.finished_at + (recorded.retry_delay or 0.0)
-    return steps.schedule_retry(parts, ex, st, max(0.0, due - parts.clock.now()), recorded.error, ran=0)
+    return steps.follow_failure(
+        parts,
+        ex,
+        record,
+        give_up=lambda error: steps.fail_execution(parts, ex, error, st_name=st.name, reason="catch_failed"),
+        retry=lambda delay, error: steps.schedule_retry(parts, ex, st, delay, error, ran=0),
+    )
 
 
 def _completed(record: StepRecord) -> bool:
     return record.status is StepStatus.COMPLETED
-
-
-def _last_error(record: StepRecord) -> dict[str, Any]:
-    last = record.attempts[-1] if record.attempts else None
-    return (last.error if last else None) or record.error or {}

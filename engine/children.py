@@ -24,12 +24,10 @@ from engine import steps
 from engine import transitions as tr
 from engine.errors import (
     ChildFailed,
-    ConflictError,
     ExecutionAlreadyExists,
     InvalidInput,
     LoomError,
     NonRetryableError,
-    ResultTooLarge,
 )
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log, send
@@ -37,7 +35,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Status, Wait, WaitKind
 from engine.steps import context_for
-from engine.waits import committed, finish, finish_committed, park
+from engine.waits import commit_result, committed, finish_committed, park
 from engine.workflow import ChildSpec, WorkflowSpec
 
 MAX_EXECUTION_ID = 128
@@ -119,19 +117,15 @@ def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid:
             superseded=lambda rec: finish_committed(parts, ex, spec, st, rec),
         )
     attempt = Attempt(ex.attempt, started, parts.clock.now(), AttemptOutcome.COMPLETED, detail=detail)
-    try:
-        result = steps.check_result(ex, kid.context)
-        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
-    except ResultTooLarge as exc:
-        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
-    except ConflictError:
-        record = parts.store.get_step(ex.id, ex.current_step, st.name)
-        if not committed(record, ex.attempt):
-            return LinkResult(OutcomeStatus.STALE)
-        assert record is not None
-        return finish_committed(parts, ex, spec, st, record)
-    execution_log(ex).info("child.completed", child_id=kid.id)
-    return finish(parts, ex, spec, st, result)
+    return commit_result(
+        parts,
+        ex,
+        spec,
+        st,
+        attempt,
+        kid.context,
+        committed_here=lambda: execution_log(ex).info("child.completed", child_id=kid.id),
+    )
 
 
 def notify_parent(parts: Parts, child: Execution) -> None:

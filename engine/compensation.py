@@ -222,7 +222,7 @@ def fail_attempt(
     )
     info = attempt.error or {}
     name = record_name(st.name)
-    if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
+    if not steps.record_failure(parts, ex, name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, name)
         if record is not None and record.status is StepStatus.COMPLETED:
             return advance(parts, ex, spec, ran=ran)
@@ -234,14 +234,13 @@ def fail_attempt(
 
 def _follow(parts: Parts, ex: Execution, record: StepRecord) -> LinkResult:
     """Carry out what a recorded failure of this attempt decided (its writer may have died)."""
-    recorded = next((a for a in record.attempts if a.attempt == ex.attempt), None)
-    if record.status is StepStatus.FAILED:
-        last = record.attempts[-1] if record.attempts else None
-        return give_up(parts, ex, (last.error if last else None) or record.error or {}, ran=0)
-    if recorded is None:
-        return LinkResult(OutcomeStatus.STALE)  # a later attempt is recorded: the execution moved on
-    due = recorded.finished_at + (recorded.retry_delay or 0.0)
-    return _schedule_retry(parts, ex, max(0.0, due - parts.clock.now()), ran=0)
+    return steps.follow_failure(
+        parts,
+        ex,
+        record,
+        give_up=lambda error: give_up(parts, ex, error, ran=0),
+        retry=lambda delay, _error: _schedule_retry(parts, ex, delay, ran=0),
+    )
 
 
 def _schedule_retry(parts: Parts, ex: Execution, delay: float, *, ran: int) -> LinkResult:

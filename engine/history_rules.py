@@ -23,6 +23,7 @@ them, and ``tests/integration/test_history_rules.py`` checks that both agree.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from engine.state import StepRecord, StepStatus
 
@@ -38,6 +39,12 @@ def last_attempt(record: StepRecord | None) -> int:
     if record is None or not record.attempts:
         return 0
     return max(a.attempt for a in record.attempts)
+
+
+def last_error(record: StepRecord) -> dict[str, Any]:
+    """The error of the record's latest attempt (or the record's own, for an older record)."""
+    last = record.attempts[-1] if record.attempts else None
+    return (last.error if last else None) or record.error or {}
 
 
 def commit_refused_by(record: StepRecord | None, attempt: int) -> HistoryRule | None:

@@ -25,13 +25,13 @@ from typing import Any
 
 from engine import steps
 from engine import transitions as tr
-from engine.errors import AlreadyTerminal, ConflictError, ExecutionNotFound, InvalidInput, ResultTooLarge
+from engine.errors import AlreadyTerminal, ConflictError, ExecutionNotFound, InvalidInput
 from engine.limits import check_execution_id, check_item, meta_item_size
 from engine.outbox import dispatch, execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, StepRecord, Wait, WaitKind, canonical_json
-from engine.waits import committed, finish, finish_committed, park
+from engine.waits import commit_result, committed, finish_committed, park
 from engine.workflow import NAME_RE, SignalSpec, WorkflowSpec
 
 
@@ -143,21 +143,15 @@ def deliver(parts: Parts, ex: Execution, spec: WorkflowSpec, st: SignalSpec, sig
     now = parts.clock.now()
     started = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
     attempt = Attempt(ex.attempt, started, now, AttemptOutcome.COMPLETED, detail={"signal": signal.key})
-    try:
-        result = steps.check_result(ex, signal.payload)
-        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
-    except ResultTooLarge as exc:
-        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
-    except ConflictError:
-        record = parts.store.get_step(ex.id, ex.current_step, st.name)
-        if not committed(record, ex.attempt):
-            log.info("signal.too_late")  # the timeout was recorded first; the signal stays kept
-            return LinkResult(OutcomeStatus.STALE)
-        assert record is not None
-        return finish_committed(parts, ex, spec, st, record)
-    log.info("signal.consumed", key=signal.key)
-    parts.store.consume_signal(ex.id, st.signal, signal.key, consumer(ex))
-    return finish(parts, ex, spec, st, result)
+
+    def consume() -> None:
+        log.info("signal.consumed", key=signal.key)
+        parts.store.consume_signal(ex.id, st.signal, signal.key, consumer(ex))
+
+    # Lost to the timeout, recorded first: the signal stays kept for the next wait of its name.
+    return commit_result(
+        parts, ex, spec, st, attempt, signal.payload, committed_here=consume, lost=lambda: log.info("signal.too_late")
+    )
 
 
 def consume_committed(parts: Parts, ex: Execution, st: SignalSpec, record: StepRecord) -> None:

@@ -23,7 +23,7 @@ from engine.errors import (
     ResultTooLarge,
     WorkflowDefinitionError,
 )
-from engine.history_rules import last_attempt
+from engine.history_rules import last_attempt, last_error
 from engine.limits import check_item, full_detail, history_item_size, meta_item_size, truncate_middle
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
@@ -204,7 +204,7 @@ def fail_attempt(
         parts, ex, spec.policy_for(st), error, started_at=started_at, outcome=outcome, detail=detail
     )
     info = attempt.error
-    if not _record_failure(parts, ex, st, attempt, final=not decision.retry):
+    if not record_failure(parts, ex, st.name, attempt, final=not decision.retry):
         record = parts.store.get_step(ex.id, ex.current_step, st.name)
         if record is not None and record.status is StepStatus.COMPLETED:
             # A concurrent run of this step succeeded: that result wins over this failure.
@@ -236,6 +236,27 @@ def follow_recorded_failure(parts: Parts, ex: Execution, st: StepSpec, record: S
     return schedule_retry(parts, ex, st, max(0.0, due - parts.clock.now()), recorded.error, ran=1)
 
 
+def follow_failure(
+    parts: Parts,
+    ex: Execution,
+    record: StepRecord,
+    *,
+    give_up: Callable[[dict[str, Any]], LinkResult],
+    retry: Callable[[float, dict[str, Any] | None], LinkResult],
+) -> LinkResult:
+    """Carry out what a recorded failure of this attempt of a compensation or a catch handler
+    decided (its writer may have died before its state write): ``give_up`` with the last error
+    of a FAILED record, ``retry`` when the recorded delay is due; STALE when a later attempt is
+    recorded (the execution moved on)."""
+    if record.status is StepStatus.FAILED:
+        return give_up(last_error(record))
+    recorded = next((a for a in record.attempts if a.attempt == ex.attempt), None)
+    if recorded is None:
+        return LinkResult(OutcomeStatus.STALE)
+    due = recorded.finished_at + (recorded.retry_delay or 0.0)
+    return retry(max(0.0, due - parts.clock.now()), recorded.error)
+
+
 def schedule_retry(
     parts: Parts, ex: Execution, st: StepSpec, delay: float, info: dict[str, Any] | None, *, ran: int
 ) -> LinkResult:
@@ -255,14 +276,16 @@ def schedule_retry(
     return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, effects)
 
 
-def _record_failure(parts: Parts, ex: Execution, st: StepSpec, attempt: Attempt, *, final: bool) -> bool:
+def record_failure(parts: Parts, ex: Execution, name: str, attempt: Attempt, *, final: bool) -> bool:
+    """Record a failed attempt in the history record ``name`` (a step's, a compensation's or a
+    catch's) at the current step; False when the history rules refuse it."""
     try:
-        return parts.store.record_failure(ex.id, ex.current_step, st.name, attempt, final=final)
+        return parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=final)
     except PayloadTooLarge:
         # A record written before the bounds existed can be too full for a full error;
         # a brief one still says what happened, and the attempt is still counted.
         brief = replace(attempt, error=_brief(attempt.error))
-        return parts.store.record_failure(ex.id, ex.current_step, st.name, brief, final=final)
+        return parts.store.record_failure(ex.id, ex.current_step, name, brief, final=final)
 
 
 def _brief(info: dict[str, Any] | None) -> dict[str, Any]:

@@ -16,15 +16,16 @@ children: engine/children.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from engine import steps
 from engine import transitions as tr
-from engine.errors import CallbackTimeout, ConflictError, HeartbeatTimeout, SignalTimeout, WaitTimeout
+from engine.errors import CallbackTimeout, ConflictError, HeartbeatTimeout, ResultTooLarge, SignalTimeout, WaitTimeout
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
-from engine.state import AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind
+from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind
 from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, StepSpec, WorkflowSpec
 
 
@@ -87,6 +88,41 @@ def timeout_error(ex: Execution, now: float) -> WaitTimeout:
 
 def committed(record: StepRecord | None, attempt: int) -> bool:
     return record is not None and record.status is StepStatus.COMPLETED
+
+
+def commit_result(
+    parts: Parts,
+    ex: Execution,
+    spec: WorkflowSpec,
+    st: StepSpec,
+    attempt: Attempt,
+    value: Any,
+    *,
+    committed_here: Callable[[], None],
+    lost: Callable[[], None] | None = None,
+) -> LinkResult:
+    """Commit ``value`` (a signal's payload, a child's output) as the wait's result, then move on.
+
+    First commit wins: a commit that lost to another commit rolls that one forward; one that
+    lost to a recorded failure (the timeout) is STALE, after ``lost``. A result too large
+    fails the attempt. ``committed_here`` runs after this commit, before the advance.
+    """
+    try:
+        result = steps.check_result(ex, value)
+        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
+    except ResultTooLarge as exc:
+        return steps.fail_attempt(
+            parts, ex, spec, st, exc, started_at=attempt.started_at, outcome=AttemptOutcome.FAILED
+        )
+    except ConflictError:
+        record = parts.store.get_step(ex.id, ex.current_step, st.name)
+        if record is None or not committed(record, ex.attempt):
+            if lost is not None:
+                lost()
+            return LinkResult(OutcomeStatus.STALE)
+        return finish_committed(parts, ex, spec, st, record)
+    committed_here()
+    return finish(parts, ex, spec, st, result)
 
 
 def finish_committed(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, record: StepRecord) -> LinkResult:

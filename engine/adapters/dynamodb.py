@@ -362,19 +362,24 @@ class DynamoStore:
         return None if item is None else self._record(execution_id, item)
 
     def history(self, execution_id: str) -> list[StepRecord]:
-        records: list[StepRecord] = []
+        return [self._record(execution_id, item) for item in self._items(execution_id, "STEP#")]
+
+    def _items(self, execution_id: str, prefix: str, **extra: Any) -> Iterator[dict[str, Any]]:
+        """The execution's items whose SK starts with ``prefix``, in SK order, a page at a time
+        (strongly consistent): a caller that stops early reads no further page."""
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
-            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s("STEP#")},
+            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s(prefix)},
             "ConsistentRead": True,
+            **extra,
         }
         while True:
             with mapped(f"table {self._table}"):
                 answer = self._db.query(**kwargs, **self._capacity())
-            records.extend(self._record(execution_id, item) for item in answer.get("Items", []))
+            yield from answer.get("Items", [])
             if "LastEvaluatedKey" not in answer:
-                return records
+                return
             kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     # ----------------------------------------------------------------- signals
@@ -397,39 +402,13 @@ class DynamoStore:
             )
 
     def next_signal(self, execution_id: str, name: str) -> Signal | None:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
-            "FilterExpression": "attribute_not_exists(consumed_by)",
-            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s(signal_sk(name))},
-            "ConsistentRead": True,
-        }
-        while True:
-            with mapped(f"table {self._table}"):
-                answer = self._db.query(**kwargs, **self._capacity())
-            items = answer.get("Items", [])
-            if items:
-                return self._signal(execution_id, items[0])
-            if "LastEvaluatedKey" not in answer:
-                return None
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        unconsumed = self._items(execution_id, signal_sk(name), FilterExpression="attribute_not_exists(consumed_by)")
+        item = next(unconsumed, None)
+        return None if item is None else self._signal(execution_id, item)
 
     def signals(self, execution_id: str) -> list[Signal]:
         """Every signal kept for the execution, consumed or not, by name then arrival."""
-        found: list[Signal] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
-            "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s("SIGNAL#")},
-            "ConsistentRead": True,
-        }
-        while True:
-            with mapped(f"table {self._table}"):
-                answer = self._db.query(**kwargs, **self._capacity())
-            found.extend(self._signal(execution_id, item) for item in answer.get("Items", []))
-            if "LastEvaluatedKey" not in answer:
-                return found
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        return [self._signal(execution_id, item) for item in self._items(execution_id, "SIGNAL#")]
 
     def get_signal(self, execution_id: str, name: str, key: str) -> Signal | None:
         with mapped(f"table {self._table}"):

@@ -10,7 +10,7 @@ import pytest
 from engine import Registry, RetryPolicy
 from engine.children import child_id
 from engine.ports import FaultPoint
-from engine.workflow import NOT_YET, build_spec, wait_until
+from engine.workflow import NOT_YET, build_spec, child, wait_until
 from loom.testing import WorkerDied, WorkflowTest
 from tests.integration.waits_support import Inbox, Runs, poller, registry
 
@@ -161,3 +161,26 @@ def test_a_cancel_cut_short_before_its_child_is_finished_by_cancelling_again(t: 
     with pytest.raises(AlreadyTerminal):
         t.engine.cancel("p7")
     assert t.status(kid) == "CANCELLED"
+
+
+def _fill(ctx) -> dict:
+    return {"mine": "p" * 200_000}
+
+
+def _grow(ctx) -> dict:
+    return {"blob": "k" * 250_000}
+
+
+def test_a_childs_output_too_large_for_its_parent_fails_the_parents_attempt() -> None:
+    """The child's output fits its own item, not the parent's context with it: the parent's
+    attempt fails with ResultTooLarge (non-retryable), not its message again and again."""
+    reg = Registry()
+    reg.add(build_spec("big_kid", [_grow]))
+    reg.add(build_spec("big_family", [_fill, child("big_kid")], RetryPolicy(max_attempts=3)))
+    with WorkflowTest(reg, backend="moto") as t:
+        t.start("big_family", {}, execution_id="big")
+        ex = t.run("big")
+        assert ex.status.value == "FAILED" and ex.error["type"] == "ResultTooLarge"
+        assert t.status(child_id("big", 1, 1)) == "COMPLETED"
+        [record] = [r for r in t.history("big") if r.index == 1]
+        assert [(a.attempt, a.error["type"]) for a in record.attempts] == [(1, "ResultTooLarge")], "one attempt"
