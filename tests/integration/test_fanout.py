@@ -252,3 +252,58 @@ def test_parallel_branches_merge_in_branch_order_with_their_own_keys(rig):
     assert ex.status.value == "COMPLETED"
     assert ex.context["reserved"] == "p1:0:0" and ex.context["authorized"] is True
     assert rig.engine.store.get_step("p1", 0, "prepare").status is StepStatus.COMPLETED
+
+
+@pytest.fixture
+def big_reg() -> Registry:
+    reg = Registry()
+    seen: list[Any] = []
+
+    def bulky(ctx: Any) -> Any:
+        return {"line": ctx.item, "blob": "x" * 15_000}
+
+    def count(ctx: Any) -> dict[str, Any]:
+        got = list(ctx.results("rows", page_size=4))
+        seen.append(got)
+        return {"rows_read": len(got), "in_order": [r["line"] for r in got] == list(range(30))}
+
+    add_workflow(reg, "bulky", [map(items=lines_of, run=bulky, name="rows", max_concurrency=10), step(count)])
+    reg.seen = seen  # type: ignore[attr-defined]
+    return reg
+
+
+def test_results_too_big_for_the_execution_stay_in_the_item_records_and_page(aws, make_engine, clock, big_reg):
+    from tests.integration.engine_support import build_rig
+
+    rig = build_rig(aws, make_engine, clock, big_reg)
+    rig.engine.start("bulky", {"lines": list(range(30))}, execution_id="big1")  # 30 x 15 KB > 400 KB
+    rig.driver.pump(max_batches=200)
+    ex = rig.engine.get("big1")
+    assert ex.status.value == "COMPLETED"
+    assert ex.context["rows"] == {"$loom": "results", "step": 0, "count": 30, "stored": True}
+    assert ex.context["rows_read"] == 30 and ex.context["in_order"] is True
+    assert rig.engine.store.get_step("big1", 0, "rows").result == {"rows": ex.context["rows"]}
+
+
+def test_at_10000_items_the_join_record_and_the_execution_stay_small(aws, make_engine, clock, reg):
+    from engine.adapters.dynamodb import item_size
+    from engine.adapters.fan_store import join_key
+    from engine.fan_results import step_result
+    from engine.join import JoinRecord, shards_for
+    from engine.state import Attempt, AttemptOutcome, StepRecord
+    from engine.steps import check_result
+
+    n = 10_000
+    engine = make_engine(registry=reg)
+    engine.start("priced", {"lines": list(range(n))}, execution_id="k10")
+    ex = engine.get("k10")
+    join = engine.store.open_join(JoinRecord("k10", 0, n, shards_for(n), 50))
+    stored = aws["dynamodb"].get_item(TableName=aws["Table"], Key=join_key("k10", 0))["Item"]
+    assert item_size(stored) < 200, "the join record holds counters only"
+    done = Attempt(1, 0.0, 1.0, AttemptOutcome.COMPLETED)
+    records = [StepRecord("k10", i, "price", StepStatus.COMPLETED, (done,), {"line": i, "price": i * 10}) for i in range(n)]
+    spec = reg.get("priced").steps[0]
+    result = step_result(ex, spec, join, records, lambda r: check_result(ex, r))
+    new = ex.evolve(1.0, context={**ex.context, **result})
+    engine.store.put_execution(new, expected_version=ex.version, expected_step=0)  # fits one item, whichever form
+    assert isinstance(result["price"], (list, dict))
