@@ -126,7 +126,9 @@ def _verdict(join: JoinRecord, st: FanoutSpec) -> JoinVerdict:
     return judge_join(join.n, join.ok, join.failed, st.policy)
 
 
-def run_item(parts: Parts, msg: StepMessage, ex: Execution, spec: WorkflowSpec, st: FanoutSpec) -> LinkResult:
+def run_item(
+    parts: Parts, msg: StepMessage, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, *, redelivered: bool = False
+) -> LinkResult:
     """One ITEM message (the parent is RUNNING at this step and attempt: verdicts.check_message)."""
     assert msg.item is not None
     idx = msg.item
@@ -136,7 +138,9 @@ def run_item(parts: Parts, msg: StepMessage, ex: Execution, spec: WorkflowSpec, 
         return LinkResult(OutcomeStatus.STALE)
     record = parts.store.get_item(ex.id, ex.current_step, idx, join.shards)
     if record is not None and record.status in FINAL:
-        return after_final(parts, ex, spec, st, idx, own=False)  # a duplicate: only the join is checked
+        # A duplicate only checks the join. A redelivery may be the message of a worker that
+        # died between the item's commit and its successor's send: that send is repeated.
+        return after_final(parts, ex, spec, st, idx, own=False, resend=redelivered)
     if _verdict(join, st) is not JoinVerdict.CONTINUE:
         return after_final(parts, ex, spec, st, idx, own=False)  # decided: nothing new starts
     attempt = last_attempt(record) + 1
@@ -185,7 +189,7 @@ def _attempt(
     except ConflictError:
         execution_log(ex).info("fanout.item_commit_refused", item=idx)
         return after_final(parts, ex, spec, st, idx, own=False, ran=1)
-    parts.faults.point(FaultPoint.AFTER_CHECKPOINT, **info)
+    parts.faults.point(FaultPoint.AFTER_CHECKPOINT, input=ex.input, **info)
     return after_final(parts, ex, spec, st, idx, own=True, ran=1)
 
 
@@ -228,16 +232,27 @@ def _failed(
 
 
 def after_final(
-    parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, idx: int, *, own: bool, ran: int = 0
+    parts: Parts,
+    ex: Execution,
+    spec: WorkflowSpec,
+    st: FanoutSpec,
+    idx: int,
+    *,
+    own: bool,
+    ran: int = 0,
+    resend: bool = False,
 ) -> LinkResult:
     """Item ``idx`` is final. ``own``: this runner's write made it so, and only then does it
-    start the next item (a duplicate or a refused write must not start one twice)."""
+    start the next item (a duplicate or a refused write must not start one twice).
+    ``resend``: start it anyway if it has no record yet (a redelivery after a crash)."""
     join = parts.store.get_join(ex.id, ex.current_step)
     if join is None:
         return LinkResult(OutcomeStatus.STALE, ran)
     verdict = _verdict(join, st)
     if verdict is JoinVerdict.CONTINUE:
         nxt = next_item(idx, join.n, join.window)
+        if nxt is not None and not own and resend:
+            own = parts.store.get_item(ex.id, ex.current_step, nxt, join.shards) is None
         if own and nxt is not None:
             send(parts, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.ITEM, item=nxt), 0)
         return LinkResult(OutcomeStatus.ITEM_DONE, ran)

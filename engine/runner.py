@@ -124,7 +124,7 @@ def handle_link(
             return catching.run(parts, ex, spec, st)  # the step failed for good: its handler runs
         if isinstance(st, FanoutSpec):  # engine/fanout.py: the parent opens or recovers, items run
             if msg.kind is MessageKind.ITEM:
-                return fanout.run_item(parts, msg, ex, spec, st)
+                return fanout.run_item(parts, msg, ex, spec, st, redelivered=redelivered)
             return fanout.drive(parts, ex, spec, st, guarded=redelivered or msg.needs_guard)
         if msg.kind is MessageKind.ITEM:
             return LinkResult(OutcomeStatus.STALE)  # the deployed workflow has no fan-out here

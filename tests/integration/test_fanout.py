@@ -301,7 +301,9 @@ def test_at_10000_items_the_join_record_and_the_execution_stay_small(aws, make_e
     stored = aws["dynamodb"].get_item(TableName=aws["Table"], Key=join_key("k10", 0))["Item"]
     assert item_size(stored) < 200, "the join record holds counters only"
     done = Attempt(1, 0.0, 1.0, AttemptOutcome.COMPLETED)
-    records = [StepRecord("k10", i, "price", StepStatus.COMPLETED, (done,), {"line": i, "price": i * 10}) for i in range(n)]
+    records = [
+        StepRecord("k10", i, "price", StepStatus.COMPLETED, (done,), {"line": i, "price": i * 10}) for i in range(n)
+    ]
     spec = reg.get("priced").steps[0]
     result = step_result(ex, spec, join, records, lambda r: check_result(ex, r))
     new = ex.evolve(1.0, context={**ex.context, **result})
