@@ -309,3 +309,13 @@ def test_at_10000_items_the_join_record_and_the_execution_stay_small(aws, make_e
     new = ex.evolve(1.0, context={**ex.context, **result})
     engine.store.put_execution(new, expected_version=ex.version, expected_step=0)  # fits one item, whichever form
     assert isinstance(result["price"], (list, dict))
+
+
+def test_a_redelivered_final_item_starts_the_successor_its_dead_worker_never_sent(rig, lines):
+    start(rig, "priced", 12, "v1")
+    rig.faults.arm(FaultPoint.AFTER_CHECKPOINT, step=0, times=1)
+    rig.driver.pump(max_batches=400)  # no sweep: only the redelivery can start the successor
+    assert rig.driver.crashes == ["after_checkpoint"]
+    ex = rig.engine.get("v1")
+    assert ex.status.value == "COMPLETED" and len(ex.context["price"]) == 12
+    assert sorted(i for i, _, _ in lines.runs) == list(range(12)), "no item ran twice"
