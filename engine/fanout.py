@@ -22,7 +22,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from engine import steps
+from engine import compensation, steps
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, FanoutFailed, InvalidFanoutItems, InvalidResult, PayloadTooLarge
@@ -274,6 +274,13 @@ def finish(
         fresh = parts.store.get_join(ex.id, ex.current_step) or join
         failed = FanoutFailed(f"{fresh.failed} of {fresh.n} items of {st.name!r} failed; the policy tolerates fewer")
         log.warning("fanout.join_failed", ok=fresh.ok, failed=fresh.failed, n=fresh.n)
+        if st.catch is None and st.compensate is not None:
+            # The step's own committed items are undone first, then the steps below it.
+            info = {**error_info(failed), "step": current.current_step, "step_name": st.name}
+            info["reason"] = "completion_policy"
+            begun = compensation.begin(parts, current, spec, info, first=current.current_step)
+            if begun is not None:
+                return begun
         return steps.fail_execution(parts, current, failed, st_name=st.name, reason="completion_policy")
     return _join_success(parts, current, spec, st, join)
 

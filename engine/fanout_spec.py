@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -28,6 +28,16 @@ class FanKind(StrEnum):
 
 def _never(ctx: StepContext) -> None:
     raise WorkflowDefinitionError("a fan-out step runs its items, never a body of its own")
+
+
+def undo_items(ctx: StepContext) -> None:
+    """The compensation a fan-out step declares when its items do: engine/fan_undo.py runs
+    each committed item's own compensation instead (this marker is never called)."""
+    raise WorkflowDefinitionError("a fan-out step's items are undone one by one (engine/fan_undo.py)")
+
+
+def _undo_marker(specs: tuple[StepSpec, ...]) -> StepFn | None:
+    return undo_items if any(s.compensate is not None for s in specs) else None
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,7 @@ def parallel(
         name=_name(name, "step name"),
         retry=retry,
         catch=catch,
+        compensate=_undo_marker(specs),
         kind=FanKind.PARALLEL,
         branches=specs,
         max_concurrency=window,
@@ -145,12 +156,13 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
     if compensate is not None:
         if not callable(compensate):
             raise WorkflowDefinitionError(f"compensate {compensate!r} of map {name!r} is not callable")
-        spec = StepSpec(fn=spec.fn, name=spec.name, retry=spec.retry, timeout=spec.timeout, compensate=compensate)
+        spec = replace(spec, compensate=compensate)
     return FanoutSpec(
         fn=_never,
         name=_name(name, "step name"),
         retry=retry,
         catch=catch,
+        compensate=_undo_marker((spec,)),
         kind=FanKind.MAP,
         branches=(spec,),
         items=items,

@@ -277,7 +277,9 @@ def _transact(
         "TableName": table._table,
         "Key": join_key(execution_id, step),
         "UpdateExpression": f"ADD {counter} :one",
-        "ConditionExpression": "attribute_exists(PK)",
+        # Once the join is decided (or a compensation fenced it) no item becomes final any more:
+        # the set of committed items the join read, or the compensation undoes, is the final one.
+        "ConditionExpression": "attribute_exists(PK) AND attribute_not_exists(decided)",
         "ExpressionAttributeValues": {":one": {"N": "1"}},
     }
     try:

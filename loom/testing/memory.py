@@ -123,6 +123,8 @@ class InMemoryStore:
     ) -> None:
         record = self._items.get((execution_id, step, idx))
         rule = commit_refused_by(record, attempt.attempt)
+        if self._fenced(execution_id, step):
+            raise ConflictError(f"item {idx}: the join is decided", current=copy.deepcopy(record))
         if rule is not None:
             raise ConflictError(f"item {idx} refuses the commit ({rule.value})", current=copy.deepcopy(record))
         check_item(utf8_len(canonical_json(result)) + 200, f"item {idx} of step {name!r}")
@@ -137,7 +139,7 @@ class InMemoryStore:
         self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, *, final: bool
     ) -> bool:
         record = self._items.get((execution_id, step, idx))
-        if failure_refused_by(record, attempt.attempt) is not None:
+        if failure_refused_by(record, attempt.attempt) is not None or (final and self._fenced(execution_id, step)):
             return False
         base = record or StepRecord(execution_id, idx, name, StepStatus.RUNNING, started_at=attempt.started_at)
         self._items[(execution_id, step, idx)] = replace(
@@ -152,6 +154,11 @@ class InMemoryStore:
         else:
             self.writes += 1
         return True
+
+    def _fenced(self, execution_id: str, step: int) -> bool:
+        """The table's transaction condition: the join exists and is not decided."""
+        join = self._joins.get((execution_id, step))
+        return join is None or join.decided is not None
 
     def _count(self, execution_id: str, step: int, *, ok: int = 0, failed: int = 0) -> None:
         join = self._joins[(execution_id, step)]

@@ -166,7 +166,7 @@ def make_step(
     )
 
 
-FAN_ITEMS = 5
+FAN_ITEMS = 3
 
 
 def fan_item(ctx: Any) -> dict[str, Any]:
