@@ -54,9 +54,19 @@ def ordered_history(records: list[StepRecord]) -> list[StepRecord]:
     """Forward records in step order (a catch handler's after its step's), then the
     compensations in the order they ran (reverse)."""
     forward = sorted((r for r in records if not is_compensation(r)), key=lambda r: (r.index, r.name))
-    # A fan-out step's items are undone one by one at the same index: in the order they ran.
-    undo = sorted((r for r in records if is_compensation(r)), key=lambda r: (-r.index, r.finished_at or 0.0))
+    # A fan-out step's items are undone one by one at the same index: in the order they ran,
+    # which is the highest item first (engine/fan_undo.py) when their times tie.
+    undo = sorted((r for r in records if is_compensation(r)), key=lambda r: (-r.index, r.finished_at or 0.0, -_item(r)))
     return forward + undo
+
+
+def _item(record: StepRecord) -> int:
+    """The item index of a fan-out item's compensation record (``<name>[<idx>]#compensate``), else 0."""
+    head = record.name.removesuffix(SUFFIX)
+    if head.endswith("]") and "[" in head:
+        idx = head[head.rindex("[") + 1 : -1]
+        return int(idx) if idx.isdigit() else 0
+    return 0
 
 
 def begin(

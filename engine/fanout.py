@@ -253,10 +253,26 @@ def after_final(
         nxt = next_item(idx, join.n, join.window)
         if nxt is not None and not own and resend:
             own = parts.store.get_item(ex.id, ex.current_step, nxt, join.shards) is None
+        if own:
+            keep_lease(parts, ex)
         if own and nxt is not None:
             send(parts, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.ITEM, item=nxt), 0)
         return LinkResult(OutcomeStatus.ITEM_DONE, ran)
     return replace(finish(parts, ex, spec, st, join, verdict), ran=ran)
+
+
+def keep_lease(parts: Parts, ex: Execution) -> None:
+    """A map that is making progress keeps its parent's lease: without it, a map longer than the
+    lease would be re-driven, and the redrive would re-send items that are running. One
+    conditional write per lease at most; losing it means another item renewed it."""
+    now = parts.clock.now()
+    if ex.next_wake_at is not None and ex.next_wake_at - now > parts.config.lease_seconds:
+        return
+    renewed = ex.evolve(now, next_wake_at=tr.lease(None, now, parts.config))
+    try:
+        parts.store.put_execution(renewed, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        return
 
 
 def finish(

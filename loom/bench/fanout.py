@@ -56,15 +56,19 @@ def run_map(stack: BenchStack, *, items: int, concurrency: int, tick: float, tim
         stack.stop_sweeper()
         stack.stop_esm()
     calls = meter.of(phase)
-    ex = stack.engine().get(eid)
-    per_item = totals(meter, calls, max(1, items))
+    engine = stack.engine()
+    ex = engine.get(eid)
+    join = engine.store.get_join(eid, 0)
+    # Per item that became final: a run cut short by the timeout is not flattered by its unrun items.
+    final = max(1, (join.ok + join.failed) if join is not None else items)
+    per_item = totals(meter, calls, final)
     engine_sqs = [c for c in calls if c.service == "sqs" and c.role in ("worker", "client", "sweeper")]
     sends = sum(1 for c in engine_sqs if c.operation in SENDS)
     worker_wcu = sum(v for k, v in per_item["capacity_by_role"].get("worker", {}).items() if k.startswith("wcu_"))
     worker_wcu -= per_item["capacity_by_role"].get("worker", {}).get("wcu_moto", 0.0)
     figures = {
-        "wcu_per_item": worker_wcu / max(1, items),
-        "sqs_sends_per_item": sends / max(1, items),
+        "wcu_per_item": worker_wcu / final,
+        "sqs_sends_per_item": sends / final,
         "sqs_requests_per_item_all": per_item["sqs_requests_per_step_without_empty_receives"],
         "dynamodb_requests_per_item": per_item["dynamodb_requests_per_step"],
     }
@@ -73,6 +77,8 @@ def run_map(stack: BenchStack, *, items: int, concurrency: int, tick: float, tim
     return {
         "mode": phase,
         "items": items,
+        "final_items": final,
+        "redrives": sum(1 for c in calls if c.role == "sweeper" and c.operation == "SendMessageBatch"),
         "max_concurrency": concurrency,
         "execution": eid,
         "status": ex.status.value,
@@ -81,7 +87,7 @@ def run_map(stack: BenchStack, *, items: int, concurrency: int, tick: float, tim
         "seconds": seconds,
         "items_per_second": items / max(1e-9, seconds),
         "per_item": figures,
-        "requests": request_table(meter, calls, max(1, items)),
+        "requests": request_table(meter, calls, final),
         "totals": per_item,
         "checks": [
             {"check": "map: every item completed, results in order", "value": ex.status.value, "met": in_order},
