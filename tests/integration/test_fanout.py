@@ -319,3 +319,26 @@ def test_a_redelivered_final_item_starts_the_successor_its_dead_worker_never_sen
     ex = rig.engine.get("v1")
     assert ex.status.value == "COMPLETED" and len(ex.context["price"]) == 12
     assert sorted(i for i, _, _ in lines.runs) == list(range(12)), "no item ran twice"
+
+
+def test_a_map_longer_than_the_lease_keeps_it_and_is_never_redriven(aws, make_engine, clock):
+    from tests.integration.engine_support import build_rig
+
+    reg = Registry()
+    ran: list[int] = []
+
+    def slow(ctx: Any) -> Any:
+        ran.append(ctx.item_index)
+        clock.advance(40)  # ten items of 40 s: far past two leases of 60 s
+        return ctx.item
+
+    add_workflow(reg, "slow", [map(items=lines_of, run=slow, name="slow", max_concurrency=2)])
+    rig = build_rig(aws, make_engine, clock, reg)
+    rig.engine.start("slow", {"lines": list(range(10))}, execution_id="s1")
+    for _ in range(60):
+        batch = rig.driver.receive(1)
+        if not batch:
+            break
+        rig.driver.deliver(batch)
+        assert rig.engine.sweep().redriven == 0, "a map making progress is not taken for a lost one"
+    assert rig.status("s1") == "COMPLETED" and sorted(ran) == list(range(10))
