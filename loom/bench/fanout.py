@@ -89,20 +89,24 @@ def run_map(stack: BenchStack, *, items: int, concurrency: int, tick: float, tim
         "per_item": figures,
         "requests": request_table(meter, calls, final),
         "totals": per_item,
-        "checks": [
-            {"check": "map: every item completed, results in order", "value": ex.status.value, "met": in_order},
-            {
-                "check": f"map: write units per item <= {ITEM_WCU_BUDGET}",
-                "value": round(figures["wcu_per_item"], 3),
-                "met": figures["wcu_per_item"] <= ITEM_WCU_BUDGET,
-            },
-            {
-                "check": f"map: SQS sends per item <= {ITEM_SQS_BUDGET}",
-                "value": round(figures["sqs_sends_per_item"], 3),
-                "met": figures["sqs_sends_per_item"] <= ITEM_SQS_BUDGET,
-            },
-        ],
+        "checks": checks(figures, ex.status.value, in_order),
     }
+
+
+def checks(figures: dict[str, float], status: str, in_order: bool) -> list[dict[str, Any]]:
+    return [
+        {"check": "map: every item completed, results in order", "value": status, "met": in_order},
+        {
+            "check": f"map: write units per item <= {ITEM_WCU_BUDGET}",
+            "value": round(figures["wcu_per_item"], 3),
+            "met": figures["wcu_per_item"] <= ITEM_WCU_BUDGET,
+        },
+        {
+            "check": f"map: SQS sends per item <= {ITEM_SQS_BUDGET}",
+            "value": round(figures["sqs_sends_per_item"], 3),
+            "met": figures["sqs_sends_per_item"] <= ITEM_SQS_BUDGET,
+        },
+    ]
 
 
 def render_map(result: dict[str, Any]) -> str:
