@@ -25,7 +25,15 @@ from typing import Any
 from engine import compensation, steps
 from engine import transitions as tr
 from engine.error_report import error_info
-from engine.errors import ConflictError, FanoutFailed, InvalidFanoutItems, InvalidResult, PayloadTooLarge
+from engine.errors import (
+    ConflictError,
+    FanoutFailed,
+    InvalidFanoutItems,
+    InvalidResult,
+    LoomError,
+    PayloadTooLarge,
+    ResourceMissing,
+)
 from engine.fan_results import step_result
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.history_rules import last_attempt
@@ -116,7 +124,9 @@ def send_items(parts: Parts, ex: Execution, indexes: list[int]) -> None:
     for start in range(0, len(messages), 10):
         try:
             parts.queue.send_many(messages[start : start + 10])
-        except Exception as exc:  # the parent's lease re-drives it: resume re-sends these
+        except ResourceMissing:
+            raise  # a deployment error to report, as outbox.send does
+        except LoomError as exc:  # the parent's lease re-drives it: resume re-sends these
             execution_log(ex).warning("fanout.send_failed", error=error_info(exc), items=len(messages))
 
 

@@ -342,3 +342,31 @@ def test_a_map_longer_than_the_lease_keeps_it_and_is_never_redriven(aws, make_en
         rig.driver.deliver(batch)
         assert rig.engine.sweep().redriven == 0, "a map making progress is not taken for a lost one"
     assert rig.status("s1") == "COMPLETED" and sorted(ran) == list(range(10))
+
+
+def test_a_catch_on_a_failed_fanout_lets_the_workflow_go_on(aws, make_engine, clock):
+    from tests.integration.engine_support import build_rig
+
+    reg = Registry()
+
+    def ok(ctx: Any) -> Any:
+        return {"ok": True}
+
+    def refuse(ctx: Any) -> Any:
+        raise NonRetryableError("branch refused")
+
+    def handler(ctx: Any, error: dict[str, Any]) -> dict[str, Any]:
+        return {"degraded": error["type"]}
+
+    def after(ctx: Any) -> dict[str, Any]:
+        return {"after": ctx.data["degraded"]}
+
+    add_workflow(reg, "caught", [parallel(ok, refuse, name="both", catch=handler), step(after)])
+    rig = build_rig(aws, make_engine, clock, reg)
+    rig.engine.start("caught", {}, execution_id="k1")
+    rig.driver.pump(max_batches=50)
+    ex = rig.engine.get("k1")
+    assert ex.status.value == "COMPLETED" and ex.context["after"] == "FanoutFailed"
+    assert "ok" not in ex.context, "a failed fan-out merges nothing; its catch's result does"
+    names = [r.name for r in rig.engine.history("k1")]
+    assert "both#catch" in names
