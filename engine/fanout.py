@@ -34,6 +34,7 @@ from engine.errors import (
     PayloadTooLarge,
     ResourceMissing,
 )
+from engine.fan_children import WAITING, await_child
 from engine.fan_results import step_result
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.history_rules import last_attempt
@@ -45,7 +46,7 @@ from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
-from engine.workflow import StepContext, WorkflowSpec
+from engine.workflow import ChildSpec, StepContext, WorkflowSpec
 
 FINAL = (StepStatus.COMPLETED, StepStatus.FAILED)
 
@@ -185,7 +186,11 @@ def _attempt(
             raise InvalidFanoutItems(f"map {st.name!r}: items changed from {join.n} to {len(values)}")
         parts.faults.point(FaultPoint.BEFORE_STEP, **info)
         ctx = item_context(parts, ex, st, idx, values[idx], attempt)
-        result = check_item_result(st, st.item_spec(idx).fn(ctx))
+        item_spec = st.item_spec(idx)
+        raw = await_child(parts, ex, item_spec, ctx) if isinstance(item_spec, ChildSpec) else item_spec.fn(ctx)
+        if raw is WAITING:
+            return LinkResult(OutcomeStatus.WAITING)  # the child's end sends this item's message again
+        result = check_item_result(st, raw)
     except Exception as exc:
         lost = Attempt(attempt, started, parts.clock.now(), AttemptOutcome.FAILED)
         return _failed(parts, ex, spec, st, join, idx, lost, exc)

@@ -16,7 +16,7 @@ from typing import Any
 from engine.errors import WorkflowDefinitionError
 from engine.join import CompletionPolicy
 from engine.retry import RetryPolicy
-from engine.workflow import NAME_RE, WAIT_SPECS, SleepSpec, StepContext, StepFn, StepSpec
+from engine.workflow import NAME_RE, WAIT_SPECS, ChildSpec, SleepSpec, StepContext, StepFn, StepSpec, child
 
 ItemsFn = Callable[[StepContext], Any]
 
@@ -61,9 +61,19 @@ class FanoutSpec(StepSpec):
         return any(b.compensate is not None for b in self.branches)
 
 
-def _as_step(fn: StepSpec | StepFn, what: str) -> StepSpec:
+def _item_input(ctx: StepContext) -> dict[str, Any]:
+    return {"item": ctx.item}
+
+
+def _as_step(fn: StepSpec | StepFn | str, what: str) -> StepSpec:
+    if isinstance(fn, str):  # a workflow name: each item runs it as a child, with {"item": value}
+        return child(fn, input=_item_input)
+    if isinstance(fn, ChildSpec):
+        return fn
     if isinstance(fn, (FanoutSpec, SleepSpec, *WAIT_SPECS)):
-        raise WorkflowDefinitionError(f"{what} must be a step function or step(...), not a wait, sleep or fan-out")
+        raise WorkflowDefinitionError(
+            f"{what} must be a step function, step(...), child(...) or a workflow name, not a wait, sleep or fan-out"
+        )
     if isinstance(fn, StepSpec):
         return fn
     if not callable(fn):
@@ -101,7 +111,7 @@ def _name(name: str, what: str) -> str:
 
 
 def parallel(
-    *branches: StepSpec | StepFn,
+    *branches: StepSpec | StepFn | str,
     name: str = "parallel",
     max_concurrency: int | None = None,
     min_successful: int | None = None,
@@ -134,7 +144,7 @@ def parallel(
 def map(  # the spelling, as in Lambda durable functions (shadows the builtin on purpose)
     *,
     items: ItemsFn,
-    run: StepSpec | StepFn,
+    run: StepSpec | StepFn | str,
     name: str = "map",
     max_concurrency: int = 10,
     min_successful: int | None = None,
