@@ -18,4 +18,5 @@ SCENARIOS = (
     "signal_race",
     "child_crash",
     "saga_compensation",
+    "fanout_join",
 )

@@ -188,7 +188,8 @@ def check_ledger(
         if runs == 0 and applied:
             out.append(f"{key}: an effect landed without any recorded run")
     for key, row in entries.items():
-        index = key.rsplit(":", 1)[-1]
+        # <id>:<step>, <id>:<step>:compensate, or a fan-out item's <id>:<step>:<item>: the step comes first.
+        index = key[len(ex.id) + 1 :].split(":", 1)[0] if key.startswith(f"{ex.id}:") else key.rsplit(":", 1)[-1]
         beyond = ex.status not in UNDOING and index.isdigit() and int(index) > ex.current_step
         if beyond and row.get("effect") is not None:
             out.append(f"{key}: an effect landed for step {index}, beyond the execution (step {ex.current_step})")

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from engine import NonRetryableError, RetryPolicy, StepContext, sleep, step, workflow
+from engine.fanout_spec import map
 
 
 class DownstreamBroken(Exception):
@@ -159,3 +160,31 @@ class Saga:
         step(ship_or_refuse, name="ship", compensate=_undo("ship")),
     ]
     retry = RetryPolicy(max_attempts=2, base=0.5, max_delay=1, jitter="none")
+
+
+def price_line(ctx: StepContext) -> dict[str, Any]:
+    """A fan-out item: lands its effect under ``<id>:<step>:<item>``, the item's own key."""
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+        ledger.apply(ctx.idempotency_key, {"kind": "price", "item": ctx.item_index})
+    return {"line": ctx.item, "price": int(ctx.item) * 10}
+
+
+def _lines(ctx: StepContext) -> list[Any]:
+    return list(range(int(ctx.data.get("lines", 8))))
+
+
+def _total(ctx: StepContext) -> dict[str, Any]:
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    return _land(ctx, "total", total=sum(r["price"] for r in ctx.results("prices") if r is not None))
+
+
+@workflow("chaos_fanout")
+class Fanout:
+    """A map over the input's lines (window 3), then a step that reads the results in item order."""
+
+    steps = [map(items=_lines, run=price_line, name="prices", max_concurrency=3), step(_total, name="total")]
+    retry = RetryPolicy(max_attempts=3, base=0.5, max_delay=1, jitter="none")

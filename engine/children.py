@@ -134,13 +134,18 @@ def notify_parent(parts: Parts, child: Execution) -> None:
     p = child.parent
     if p is None or not child.terminal:
         return
+    if p.get("item") is not None:  # a fan-out item's child (engine/fan_children.py)
+        item = StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.ITEM, item=int(p["item"]))
+        send(parts, item, 0)
+        return
     send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)
 
 
 def cancel_children(parts: Parts, ex: Execution) -> None:
     """After a parent is cancelled: cancel the child it waited for (and its children, recursively)."""
-    from engine import control
+    from engine import control, fan_children
 
+    fan_children.cancel_items(parts, ex)  # a fan-out step's running child items
     w = ex.wait
     if w is None or w.kind is not WaitKind.CHILD or w.child_id is None:
         return

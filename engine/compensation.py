@@ -28,6 +28,7 @@ from typing import Any
 from engine import steps
 from engine import transitions as tr
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
+from engine.fanout_spec import FanoutSpec
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
@@ -53,8 +54,19 @@ def ordered_history(records: list[StepRecord]) -> list[StepRecord]:
     """Forward records in step order (a catch handler's after its step's), then the
     compensations in the order they ran (reverse)."""
     forward = sorted((r for r in records if not is_compensation(r)), key=lambda r: (r.index, r.name))
-    undo = sorted((r for r in records if is_compensation(r)), key=lambda r: -r.index)
+    # A fan-out step's items are undone one by one at the same index: in the order they ran,
+    # which is the highest item first (engine/fan_undo.py) when their times tie.
+    undo = sorted((r for r in records if is_compensation(r)), key=lambda r: (-r.index, r.finished_at or 0.0, -_item(r)))
     return forward + undo
+
+
+def _item(record: StepRecord) -> int:
+    """The item index of a fan-out item's compensation record (``<name>[<idx>]#compensate``), else 0."""
+    head = record.name.removesuffix(SUFFIX)
+    if head.endswith("]") and "[" in head:
+        idx = head[head.rindex("[") + 1 : -1]
+        return int(idx) if idx.isdigit() else 0
+    return 0
 
 
 def begin(
@@ -88,6 +100,8 @@ def first_to_undo(parts: Parts, ex: Execution) -> int | None:
     st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
     if not isinstance(st, StepSpec) or st.compensate is None or ex.status is not Status.RUNNING:
         return below
+    if isinstance(st, FanoutSpec):
+        return ex.current_step  # its committed items are undone; engine/fan_undo.py fences the rest
     now = parts.clock.now()
     info = {"type": "Cancelled", "message": "the execution was cancelled with compensate"}
     fence = Attempt(ex.attempt, now, now, AttemptOutcome.FAILED, info)
@@ -101,6 +115,10 @@ def first_to_undo(parts: Parts, ex: Execution) -> int | None:
 def run(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
     """One message of a COMPENSATING execution: check both records, then run, skip or follow."""
     st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
+    if isinstance(st, FanoutSpec) and st.compensate is not None:
+        from engine import fan_undo
+
+        return fan_undo.run(parts, ex, spec, st)  # each committed item undone once (engine/fan_undo.py)
     if not isinstance(st, StepSpec) or st.compensate is None:
         # The deployed workflow no longer compensates this step: nothing here can undo it.
         return give_up(parts, ex, {"type": "WorkflowDefinitionError", "message": "no compensation at this step"})

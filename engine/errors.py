@@ -179,3 +179,15 @@ class CallbackFailed(Exception):
 
 class ChildFailed(Exception):
     """The child execution ended FAILED or CANCELLED."""
+
+
+# --- how a fan-out step fails (engine/fanout.py): non-retryable, a catch or compensation takes over ---
+
+
+class InvalidFanoutItems(NonRetryableError):
+    """A map's items function must return a list of JSON values, at most MAX_ITEMS of them,
+    and the same list every time it is asked (it is a function of the unchanged context)."""
+
+
+class FanoutFailed(NonRetryableError):
+    """More items (or branches) failed than the completion policy tolerates."""

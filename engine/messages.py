@@ -20,6 +20,7 @@ class MessageKind(StrEnum):
     WAKE = "wake"  # the end of a short sleep
     CHILD_DONE = "child_done"  # a child execution ended: its parent's wait (step, attempt) looks at it
     COMPENSATE = "compensate"  # run the compensation (step, attempt) of a COMPENSATING execution
+    ITEM = "item"  # run item ``item`` of the fan-out step (step, attempt) (engine/fanout.py)
 
     @property
     def guarded(self) -> bool:
@@ -37,22 +38,26 @@ class StepMessage:
     step: int
     attempt: int = 1
     kind: MessageKind = MessageKind.STEP
+    # The item (or branch) index of an ITEM message; absent from every other message's body.
+    item: int | None = None
 
     def __post_init__(self) -> None:
         # Accept the plain string too ("retry"): the value is what travels on the wire.
         object.__setattr__(self, "kind", MessageKind(self.kind))
+        if (self.kind is MessageKind.ITEM) != (self.item is not None):
+            raise MalformedMessage("an item message, and only an item message, carries an item index")
 
     def encode(self) -> str:
-        body = json.dumps(
-            {
-                "v": 1,
-                "execution_id": self.execution_id,
-                "step": self.step,
-                "attempt": self.attempt,
-                "kind": self.kind.value,
-            },
-            separators=(",", ":"),
-        )
+        fields: dict[str, Any] = {
+            "v": 1,
+            "execution_id": self.execution_id,
+            "step": self.step,
+            "attempt": self.attempt,
+            "kind": self.kind.value,
+        }
+        if self.item is not None:
+            fields["item"] = self.item
+        body = json.dumps(fields, separators=(",", ":"))
         check_message(body)
         return body
 
@@ -81,4 +86,7 @@ class StepMessage:
             raise MalformedMessage("message 'attempt' must be a positive integer")
         if kind not in KINDS:
             raise MalformedMessage(f"message 'kind' must be one of {KINDS}")
-        return cls(execution_id=execution_id, step=step, attempt=attempt, kind=MessageKind(kind))
+        item = data.get("item")
+        if item is not None and (not isinstance(item, int) or isinstance(item, bool) or item < 0):
+            raise MalformedMessage("message 'item' must be a non-negative integer")
+        return cls(execution_id=execution_id, step=step, attempt=attempt, kind=MessageKind(kind), item=item)

@@ -21,6 +21,8 @@ class OutcomeStatus(StrEnum):
     WAITING = "waiting"  # the execution waits on the outside world (callback, signal, child)
     NOT_YET = "not_yet"  # a poll's check said not yet; the same attempt runs again later
     COMPENSATING = "compensating"  # the execution failed (or was cancelled): its compensations run
+    FANNED_OUT = "fanned_out"  # a fan-out step sent (or re-sent) its items; they run on their own
+    ITEM_DONE = "item_done"  # an item of a fan-out step is final; the join is not decided yet
     NO_TIME = "no_time"  # the step needs more time than the invocation has left; not started
 
 

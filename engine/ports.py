@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from engine.join import JoinRecord
 from engine.messages import StepMessage
 from engine.state import Attempt, Execution, Signal, StepRecord
 
@@ -69,6 +70,35 @@ class Store(Protocol):
         """Ids of executions in ``shard`` whose next_wake_at <= now, oldest first."""
 
     def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page: ...
+
+    # fan-out (engine/fanout.py): one join record per fan-out step, one record per item
+    def open_join(self, join: JoinRecord) -> JoinRecord:
+        """Create the join record unless it exists; the record as stored either way."""
+
+    def get_join(self, execution_id: str, step: int) -> JoinRecord | None: ...
+
+    def decide_join(self, execution_id: str, step: int, decided: str) -> str:
+        """Record the join's outcome unless one is recorded; the outcome as stored."""
+
+    def get_item(self, execution_id: str, step: int, idx: int, shards: int) -> StepRecord | None:
+        """Item ``idx``'s record (``index`` is the item's index, ``name`` the step's)."""
+
+    def commit_item(
+        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
+    ) -> None:
+        """Item COMPLETED with its result, and the join's ``ok`` counted, in one transaction.
+
+        ``ConflictError`` (``current``: the item record) under the step-history rules.
+        """
+
+    def fail_item(
+        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, *, final: bool
+    ) -> bool:
+        """Append a failed attempt (final: FAILED and the join's ``failed`` counted, in one
+        transaction); False if the history rules refuse it."""
+
+    def fan_items(self, execution_id: str, step: int, shards: int, start: int, count: int) -> list[StepRecord]:
+        """The records of items ``start .. start+count-1`` that exist, in item order."""
 
 
 class Queue(Protocol):

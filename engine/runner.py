@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import catching, compensation, steps, waits
+from engine import catching, compensation, fanout, steps, waits
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
+from engine.fanout_spec import FanoutSpec
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import message_log, send
 from engine.outcome import LinkResult, Outcome, OutcomeStatus
@@ -121,6 +122,12 @@ def handle_link(
         st = steps.step_at(spec, ex.current_step)
         if ex.catching is not None and isinstance(st, StepSpec) and st.catch is not None:
             return catching.run(parts, ex, spec, st)  # the step failed for good: its handler runs
+        if isinstance(st, FanoutSpec):  # engine/fanout.py: the parent opens or recovers, items run
+            if msg.kind is MessageKind.ITEM:
+                return fanout.run_item(parts, msg, ex, spec, st, redelivered=redelivered)
+            return fanout.drive(parts, ex, spec, st, guarded=redelivered or msg.needs_guard)
+        if msg.kind is MessageKind.ITEM:
+            return LinkResult(OutcomeStatus.STALE)  # the deployed workflow has no fan-out here
         if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
             return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
         if isinstance(st, PARKING_WAITS):

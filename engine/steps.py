@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from engine import polls
+from engine import fan_results, polls
 from engine import transitions as tr
 from engine.error_report import BRIEF, FULL, error_info
 from engine.errors import (
@@ -55,6 +55,7 @@ def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
         data=MappingProxyType(json.loads(canonical_json(ex.context))),
         log=execution_log(ex).bind(step_name=st.name),
         services=parts.services,
+        pages=fan_results.reader(parts, ex.id),
     )
 
 

@@ -90,8 +90,8 @@ def check_message(msg: StepMessage, ex: Execution | None, now: float, cfg: Engin
     if not points_at(msg, ex):
         return MessageCheck(MessageVerdict.STALE)
     due_at = ex.next_wake_at if msg.kind is MessageKind.WAKE else ex.ready_at
-    if msg.kind is MessageKind.CHILD_DONE:
-        due_at = None
+    if msg.kind in (MessageKind.CHILD_DONE, MessageKind.ITEM):
+        due_at = None  # an item's backoff is its own record's (engine/fanout.py)
     if due_at is not None and now + cfg.early_tolerance < due_at:
         # Dropping it would leave a retry to the lease; waits past SQS's limit are the sweeper's.
         wait = math.ceil(due_at - now)

@@ -47,14 +47,37 @@ class StepContext:
     phase: Phase = Phase.FORWARD
     result: Mapping[str, Any] | None = None
     failure: Mapping[str, Any] | None = None
+    # An item of a fan-out step (engine/fanout.py): its value and index (a branch's index).
+    item: Any = None
+    item_index: int | None = None
+    # Reads a fan-out step's stored results, paged: (step index, start, count) -> results.
+    pages: Callable[[int, int, int], list[Any]] | None = None
 
     @property
     def idempotency_key(self) -> str:
         # Stable across attempts and redeliveries: side effects key on this. A compensation
         # or a catch handler has its own, so that it never dedupes against the forward step.
+        base = f"{self.execution_id}:{self.step_index}"
+        if self.item_index is not None:
+            base = f"{base}:{self.item_index}"
         if self.phase is Phase.FORWARD:
-            return f"{self.execution_id}:{self.step_index}"
-        return f"{self.execution_id}:{self.step_index}:{self.phase.value}"
+            return base
+        return f"{base}:{self.phase.value}"
+
+    def results(self, name: str, page_size: int = 100) -> Iterator[Any]:
+        """The results of fan-out step ``name`` in item order, whether the context holds the
+        list or only the marker of results too big for it (then read ``page_size`` at a time)."""
+        value = self.data.get(name)
+        if isinstance(value, list):
+            yield from value
+            return
+        if not (isinstance(value, Mapping) and value.get("$loom") == "results"):
+            raise KeyError(f"{name!r} holds no fan-out results")
+        if self.pages is None:
+            raise RuntimeError("this context cannot read stored fan-out results")
+        step_index, count = int(value["step"]), int(value["count"])
+        for start in range(0, count, max(1, page_size)):
+            yield from self.pages(step_index, start, min(page_size, count - start))
 
 
 StepFn = Callable[[StepContext], "dict[str, Any] | None"]

@@ -4,7 +4,8 @@ Real life kills workers there (a Lambda timeout, an OOM) and nothing outside the
 process can aim at that instant, so the chaos kit needs this hook. It is inert
 unless LOOM_CHAOS_CRASH_AFTER_CHECKPOINT is on (a template parameter that
 defaults to off), and even then fires only for executions whose input asks:
-``{"chaos": {"crash_after_checkpoint": [<step index>, ...]}}``.
+``{"chaos": {"crash_after_checkpoint": [<step index>, ...]}}``, or, for a fan-out step's
+items (after an item's commit, before its join), ``{"chaos": {"crash_after_item": [<item index>, ...]}}``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ class CrashAfterCheckpoint:
             return
         knobs = (info.get("input") or {}).get("chaos") or {}
         steps = knobs.get("crash_after_checkpoint") or []
-        if isinstance(knobs, dict) and info.get("step") in steps:
+        items = knobs.get("crash_after_item") or []
+        item = info.get("item")
+        if isinstance(knobs, dict) and (item in items if item is not None else info.get("step") in steps):
             print(
                 f'{{"event": "chaos.crash_after_checkpoint", "execution_id": "{info.get("execution_id")}", '
                 f'"step": {info.get("step")}}}',

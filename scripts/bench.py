@@ -10,6 +10,7 @@ emulator, and counts every request with botocore's event hooks. Prints tables;
     .venv/bin/python scripts/bench.py --quick --json bench.json
     .venv/bin/python scripts/bench.py --waits-only     # what a callback, signal, poll, child costs (seconds)
     .venv/bin/python scripts/bench.py --from-json bench.json --html bench.html   # redraw, no run
+    .venv/bin/python scripts/bench.py --map-items 1000 --map-concurrency 50   # what a map item costs
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import moto
 
-from loom.bench import scenarios, waits
+from loom.bench import fanout, scenarios, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render
@@ -51,6 +52,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--html", type=Path, help="also draw the cost per step and the sweeper's cost on one page (SVG)")
     p.add_argument("--from-json", type=Path, help="no run: write the --html page from a saved --json")
     p.add_argument("--waits-only", action="store_true", help="only the waits' costs (loom/bench/waits.py)")
+    p.add_argument("--map-items", type=int, help="only a map's cost per item: one map of this many items")
+    p.add_argument("--map-concurrency", type=int, default=50, help="the map's max_concurrency (default 50)")
     p.add_argument("--state-dir", type=Path, help="where the emulator's log goes (default: a temp dir)")
     args = p.parse_args(argv)
     if args.quick:
@@ -73,6 +76,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--sweep-sizes is a comma-separated list of integers")
     if args.executions < 1 or args.steps < 1 or args.workers < 1:
         p.error("--executions, --steps and --workers must be at least 1")
+    if args.map_items is not None and (args.map_items < 1 or args.map_concurrency < 1):
+        p.error("--map-items and --map-concurrency must be at least 1")
     if any(s < 10 for s in args.sizes):
         p.error("--sweep-sizes must each be at least 10 (10 of them are due)")
     return args
@@ -232,6 +237,30 @@ def write_html(path: Path, page: str) -> None:
     print(f"wrote {path}")
 
 
+def run_map(args: argparse.Namespace) -> int:
+    """Only the map measurement (loom/bench/fanout.py)."""
+    state = args.state_dir or Path(tempfile.mkdtemp(prefix="loom-bench-"))
+    overrides = {} if args.lease is None else {"LOOM_LEASE_SECONDS": f"{args.lease:g}"}
+    with BenchStack(
+        workers=args.workers, state_dir=state, batching_window=args.batching_window, overrides=overrides
+    ) as stack:
+        measured = fanout.run_map(
+            stack, items=args.map_items, concurrency=args.map_concurrency, tick=args.tick, timeout=args.timeout
+        )
+    measured["machine"] = {
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "moto": moto.__version__,
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "load_average": os.getloadavg(),
+    }
+    print(fanout.render_map(measured))
+    if args.json:
+        args.json.write_text(scenarios.dumps(measured), encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0 if all(c["met"] for c in measured["checks"]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.from_json is not None:
@@ -242,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(scenarios.dumps(measured), encoding="utf-8")
         return 0 if all(c["met"] for c in measured["checks"]) else 1
+    if args.map_items is not None:
+        return run_map(args)
     result = run(args)
     result["waits"] = waits.wait_costs()
     result["checks"] += result["waits"]["checks"]

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
+from engine.adapters.fan_store import FanStore
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
 from engine.limits import check_item, utf8_len
@@ -125,7 +126,7 @@ def _json(attr: dict[str, str] | None) -> Any:
     return None if attr is None else json.loads(attr["S"])
 
 
-class DynamoStore:
+class DynamoStore(FanStore):
     """Implements ``engine.ports.Store`` with a low-level boto3 DynamoDB client."""
 
     def __init__(self, client: Any, table_name: str, shards: int, *, cursor_key: bytes | None = None) -> None:

@@ -48,6 +48,8 @@ class Call:
     index: str | None = None
     key: tuple[str, str] | None = None
     item: dict[str, Any] | None = None  # PutItem's full item
+    # TransactWriteItems: the (table, key) of each item it writes (billed at twice a plain write)
+    transact: list[tuple[str, tuple[str, str]]] = field(default_factory=list)
     consistent: bool = False
     ok: bool = True
     error: str | None = None
@@ -131,6 +133,12 @@ class Meter:
                 call.role = "ledger"
             if model.name == "PutItem":
                 call.item = params.get("Item")
+            if model.name == "TransactWriteItems":
+                for entry in params.get("TransactItems") or []:
+                    ((_, op),) = entry.items()
+                    key = _key(op)
+                    if key is not None:
+                        call.transact.append((op.get("TableName", ""), key))
         context["loom_bench_call"] = call
 
     def _failed(self, *, exception: BaseException, context: dict[str, Any], **_: Any) -> None:
@@ -182,6 +190,7 @@ class Meter:
     def capacity(self, calls: list[Call]) -> dict[str, dict[str, float]]:
         """Computed WCU/RCU by role and by target (table, GSI1, GSI2), plus moto's own figure."""
         updated = {(c.table, c.key) for c in calls if c.operation == "UpdateItem" and c.key and c.table}
+        updated |= {where for c in calls for where in c.transact}
         final = self._final_sizes(updated)
         # Items written with PutItem before this phase started: their last known state.
         shadow: dict[tuple[str | None, tuple[str, str] | None], dict[str, Any] | None] = {}
@@ -210,6 +219,13 @@ class Meter:
             elif c.operation == "UpdateItem" and mine:
                 size = final.get(where, 0)
                 tally["wcu_table"] += cap.write_units(size, size) if c.ok else cap.failed_write_units(size)
+                tally["wcu_moto"] += c.moto_units or 0.0
+            elif c.operation == "TransactWriteItems" and mine:
+                # DynamoDB bills a transactional write twice: 2 WCU per started KB of each item.
+                for where_t in c.transact:
+                    size = final.get(where_t, 0)
+                    units = cap.write_units(size, size) if c.ok else cap.failed_write_units(size)
+                    tally["wcu_table"] += 2 * units
                 tally["wcu_moto"] += c.moto_units or 0.0
             elif mine and c.operation in ("GetItem", "Query", "BatchGetItem") and c.ok:
                 target = f"rcu_{c.index}" if c.index else "rcu_table"

@@ -54,6 +54,12 @@ CASES = (
         "COMPENSATED",
         "ship fails for good: refund, then release (saga)",
     ),
+    Case(
+        "price_lines",
+        {"lines": [{"sku": f"L{i}", "qty": i + 1, "unit_price": 2.5} for i in range(6)]},
+        "COMPLETED",
+        "a map over 6 lines, 5 at a time; results in line order",
+    ),
 )
 
 
@@ -241,6 +247,10 @@ class Demo:
             undone = [s.get("name") for s in undo]
             if undone != ["charge_card#compensate", "reserve_stock#compensate"]:
                 problems.append(f"compensations {undone}, expected the refund then the release")
+        if case.workflow == "price_lines" and ex.get("status") == "COMPLETED":
+            prices = ex.get("output", {}).get("prices") or []
+            if [p.get("sku") for p in prices] != [line["sku"] for line in case.input["lines"]]:
+                problems.append("the map's results are not in line order")
         if case.workflow == "poison_pill" and ex.get("status") == "FAILED":
             if not ex.get("error"):
                 problems.append("no error recorded")

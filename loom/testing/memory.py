@@ -14,6 +14,7 @@ from typing import Any
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
 from engine.history_rules import commit_refused_by, failure_refused_by
+from engine.join import JoinRecord
 from engine.limits import check_item, utf8_len
 from engine.ports import Page
 from engine.state import Attempt, Execution, Signal, Status, StepRecord, StepStatus, canonical_json
@@ -27,6 +28,8 @@ class InMemoryStore:
         self._executions: dict[str, Execution] = {}
         self._steps: dict[tuple[str, int, str], StepRecord] = {}
         self._signals: dict[tuple[str, str, str], Signal] = {}
+        self._joins: dict[tuple[str, int], JoinRecord] = {}
+        self._items: dict[tuple[str, int, int], StepRecord] = {}
         self.writes = 0
 
     # executions
@@ -93,6 +96,78 @@ class InMemoryStore:
     def history(self, execution_id: str) -> list[StepRecord]:
         found = [r for (eid, _, _), r in self._steps.items() if eid == execution_id]
         return copy.deepcopy(sorted(found, key=lambda r: (r.index, r.name)))
+
+    # fan-out: the item's write and the join's count happen together, as in the table's transaction
+    def open_join(self, join: JoinRecord) -> JoinRecord:
+        key = (join.execution_id, join.step)
+        if key not in self._joins:
+            self._joins[key] = replace(join, ok=0, failed=0, decided=None)
+            self.writes += 1
+        return self._joins[key]
+
+    def get_join(self, execution_id: str, step: int) -> JoinRecord | None:
+        return self._joins.get((execution_id, step))
+
+    def decide_join(self, execution_id: str, step: int, decided: str) -> str:
+        join = self._joins[(execution_id, step)]
+        if join.decided is None:
+            self._joins[(execution_id, step)] = join = replace(join, decided=decided)
+            self.writes += 1
+        return join.decided or decided
+
+    def get_item(self, execution_id: str, step: int, idx: int, shards: int) -> StepRecord | None:
+        return copy.deepcopy(self._items.get((execution_id, step, idx)))
+
+    def commit_item(
+        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
+    ) -> None:
+        record = self._items.get((execution_id, step, idx))
+        rule = commit_refused_by(record, attempt.attempt)
+        if self._fenced(execution_id, step):
+            raise ConflictError(f"item {idx}: the join is decided", current=copy.deepcopy(record))
+        if rule is not None:
+            raise ConflictError(f"item {idx} refuses the commit ({rule.value})", current=copy.deepcopy(record))
+        check_item(utf8_len(canonical_json(result)) + 200, f"item {idx} of step {name!r}")
+        base = record or StepRecord(execution_id, idx, name, StepStatus.RUNNING, started_at=attempt.started_at)
+        done = replace(base, status=StepStatus.COMPLETED, attempts=(*base.attempts, attempt), error=None)
+        self._items[(execution_id, step, idx)] = replace(
+            done, result=copy.deepcopy(result), finished_at=attempt.finished_at
+        )
+        self._count(execution_id, step, ok=1)
+
+    def fail_item(
+        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, *, final: bool
+    ) -> bool:
+        record = self._items.get((execution_id, step, idx))
+        if failure_refused_by(record, attempt.attempt) is not None or (final and self._fenced(execution_id, step)):
+            return False
+        base = record or StepRecord(execution_id, idx, name, StepStatus.RUNNING, started_at=attempt.started_at)
+        self._items[(execution_id, step, idx)] = replace(
+            base,
+            status=StepStatus.FAILED if final else StepStatus.RETRYING,
+            attempts=(*base.attempts, attempt),
+            error=copy.deepcopy(attempt.error),
+            finished_at=attempt.finished_at if final else base.finished_at,
+        )
+        if final:
+            self._count(execution_id, step, failed=1)
+        else:
+            self.writes += 1
+        return True
+
+    def _fenced(self, execution_id: str, step: int) -> bool:
+        """The table's transaction condition: the join exists and is not decided."""
+        join = self._joins.get((execution_id, step))
+        return join is None or join.decided is not None
+
+    def _count(self, execution_id: str, step: int, *, ok: int = 0, failed: int = 0) -> None:
+        join = self._joins[(execution_id, step)]
+        self._joins[(execution_id, step)] = replace(join, ok=join.ok + ok, failed=join.failed + failed)
+        self.writes += 2
+
+    def fan_items(self, execution_id: str, step: int, shards: int, start: int, count: int) -> list[StepRecord]:
+        found = [self._items.get((execution_id, step, i)) for i in range(start, start + count)]
+        return copy.deepcopy([r for r in found if r is not None])
 
     # signals
     def put_signal(self, signal: Signal) -> None:

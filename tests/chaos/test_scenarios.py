@@ -127,3 +127,10 @@ def test_saga_compensation(rows: dict[str, Result]) -> None:
     assert all(order == [1, 0] for order in r.evidence["undone"].values()), "charge, then reserve, for every saga"
     refund = r.evidence["refund"]
     assert refund["runs"] >= 2 and refund["effect"] is not None, "the killed refund ran again and landed once"
+
+
+def test_fanout_join(rows: dict[str, Result]) -> None:
+    r = row(rows, "fanout_join")
+    assert r.evidence["copies"] > 0
+    for items in r.evidence["items"].values():
+        assert items["ok"] == 6 and len(items["versions_at_step_1"]) >= 1, items

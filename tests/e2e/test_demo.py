@@ -24,6 +24,8 @@ def test_the_demo_completes_a_callback_from_outside(tmp_path: Path) -> None:
     assert [rows[-1][0], *rows[-1][2:]] == ["payment_webhook", "COMPLETED", "COMPLETED", "PASS"]
     saga = [line.split() for line in text.splitlines() if line.startswith("order_saga ")]
     assert [saga[-1][0], *saga[-1][2:]] == ["order_saga", "COMPENSATED", "COMPENSATED", "PASS"]
+    priced = [line.split() for line in text.splitlines() if line.startswith("price_lines ")]
+    assert [priced[-1][0], *priced[-1][2:]] == ["price_lines", "COMPLETED", "COMPLETED", "PASS"], "one map"
     undo = [line.split()[2] for line in text.splitlines() if " undo " in line]
     assert undo == ["charge_card", "reserve_stock"], "the refund, then the release"
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.log"))

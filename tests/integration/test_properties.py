@@ -45,6 +45,8 @@ from engine import (
 )
 from engine.adapters.dynamodb import DynamoStore
 from engine.errors import AlreadyTerminal, LoomError
+from engine.fanout_spec import FanoutSpec
+from engine.fanout_spec import map as fan_map
 from engine.messages import MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
 from engine.state import AttemptOutcome
@@ -88,6 +90,8 @@ class Model:
         self.undo_runs: list[tuple[str, int, dict[str, Any]]] = []
         # Catch handlers' results, as returned (one is committed per caught step).
         self.caught: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        # Fan-out items' results, as returned: (execution id, item index) -> results.
+        self.items: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
 
 
 def submit(ctx: Any, token: str) -> None:
@@ -162,6 +166,28 @@ def make_step(
     )
 
 
+FAN_ITEMS = 3
+
+
+def fan_item(ctx: Any) -> dict[str, Any]:
+    """An item of the ``fan`` map: item 1 fails as often as step "f" would (3: for good)."""
+    model: Model = ctx.services["model"]
+    assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:{ctx.item_index}"
+    if ctx.execution_id in model.cancelled:
+        model.after_cancel.append((ctx.execution_id, ctx.step_index))
+    hook, model.interleave = model.interleave, None
+    if hook is not None:
+        hook()
+    if model.die_in_step:
+        model.die_in_step = False
+        raise Crash("in_step")
+    if ctx.item_index == 1 and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0)):
+        raise Flaky(f"item 1 fails attempt {ctx.attempt}")
+    result = {"i": ctx.item, "r": f"i#{next(model.tokens)}"}
+    model.items[(ctx.execution_id, ctx.item_index)].append(result)
+    return result
+
+
 def registry() -> Registry:
     reg = Registry()
     quick = RetryPolicy(max_attempts=3, base=5, jitter="none")
@@ -184,6 +210,8 @@ def registry() -> Registry:
     saga = [make_step("a", undo=True), make_step("m"), make_step("n", undo=True), make_step("f", undo=True)]
     add_workflow(reg, "saga", saga, retry=quick)
     add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
+    items = fan_map(items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2)
+    add_workflow(reg, "fan", [make_step("a"), items, make_step("z")], retry=quick)
     return reg
 
 
@@ -375,6 +403,27 @@ class EngineMachine(RuleBasedStateMachine):
                 waiting.add(ex.id)
         return waiting
 
+    def _items(self) -> list[Envelope]:
+        return [m for m in self.queue.visible() if '"kind":"item"' in m.body]
+
+    @rule(pick=st.integers(0, 20))
+    def deliver_item_twice(self, pick: int) -> None:
+        """A fan-out item delivered twice, one copy after the other (SQS at-least-once)."""
+        items = self._items()
+        if items:
+            first = items[pick % len(items)]
+            twin = Envelope(first.message_id + "t", first.body, self.clock.now())
+            self._deliver([first], chain=False)
+            self._deliver([twin], chain=False)
+
+    @rule(pick=st.integers(0, 20))
+    def crash_after_item_commit(self, pick: int) -> None:
+        """The worker dies right after an item's transaction, before the join and the next send."""
+        items = self._items()
+        if items:
+            self.faults.arm("after_checkpoint")
+            self._deliver([items[pick % len(items)]], chain=False)
+
     @rule(seconds=st.sampled_from([1, 5, 30, 121, 400, 1000, 3600]))
     def clock_jump(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -553,6 +602,9 @@ class EngineMachine(RuleBasedStateMachine):
             event(f"{ex.workflow} ended {ex.status.value}")
             spec = REGISTRY.get(ex.workflow)
             self._check_compensations(execution_id, ex, spec)
+            for index, s in enumerate(spec.steps):
+                if isinstance(s, FanoutSpec):
+                    self._check_fan_counts(ex, index)
             for record in self.store.inner.history(execution_id):
                 completed = [a for a in record.attempts if a.outcome == "completed"]
                 attempts = [a.attempt for a in record.attempts]
@@ -577,6 +629,9 @@ class EngineMachine(RuleBasedStateMachine):
                     f"step {record.index} committed but {execution_id} is {ex.status} at {ex.current_step}"
                 )
                 if spec.steps[record.index].is_sleep:
+                    continue
+                if isinstance(spec.steps[record.index], FanoutSpec):
+                    self._check_fan(ex, record)
                     continue
                 if self._check_wait_record(ex, spec.steps[record.index], record, completed[0].attempt):
                     continue
@@ -612,6 +667,34 @@ class EngineMachine(RuleBasedStateMachine):
         if undo:
             event(f"saga ended {ex.status.value}")
             assert ex.status in UNDONE, f"{execution_id}: compensations ran but it ended {ex.status}"
+
+    def _check_fan(self, ex: Any, record: Any) -> None:
+        """The join happened once, with every item counted once and the results in item order."""
+        join, items = self._check_fan_counts(ex, record.index)
+        assert join.decided == "SUCCEEDED" and join.ok == join.n
+        results = [r.result for r in items]
+        assert record.result == {"fan": results}, "the join committed other results than the items'"
+        if ex.current_step > record.index:
+            assert ex.context["fan"] == results
+        event("fan-out joined")
+
+    def _check_fan_counts(self, ex: Any, index: int) -> tuple[Any, list[Any]]:
+        """Each item final at most once, and counted exactly once on the join record."""
+        join = self.store.inner.get_join(ex.id, index)
+        if join is None:
+            return None, []
+        items = self.store.inner.fan_items(ex.id, index, join.shards, 0, join.n)
+        assert join.ok == sum(r.status is StepStatus.COMPLETED for r in items), f"{ex.id}: ok miscounted"
+        assert join.failed == sum(r.status is StepStatus.FAILED for r in items), f"{ex.id}: failed miscounted"
+        for r in items:
+            done = [a for a in r.attempts if a.outcome == "completed"]
+            assert len(done) <= 1 and len({a.attempt for a in r.attempts}) == len(r.attempts), r
+            if r.status is StepStatus.COMPLETED:
+                assert r.result in self.model.items[(ex.id, r.index)]
+        if ex.status is Status.FAILED and ex.current_step == index:
+            assert join.decided == "FAILED", f"{ex.id} failed at its fan-out without a FAIL join"
+            event("fan-out failed")
+        return join, items
 
     def _check_wait_record(self, ex: Any, spec: Any, record: Any, attempt: int) -> bool:
         """A wait's committed result is what the outside world sent, and only the winner's."""

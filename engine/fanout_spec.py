@@ -1,0 +1,181 @@
+"""What users write to fan out: ``parallel(...)`` branches and ``map(...)`` over items.
+
+A fan-out step is a ``StepSpec`` (so catch, compensation and the history treat it as
+one step); engine/fanout.py runs it. ``map`` shadows the builtin on purpose: it is the
+issue's spelling, as in Lambda durable functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from engine.errors import WorkflowDefinitionError
+from engine.join import CompletionPolicy
+from engine.retry import RetryPolicy
+from engine.workflow import NAME_RE, WAIT_SPECS, ChildSpec, SleepSpec, StepContext, StepFn, StepSpec, child
+
+ItemsFn = Callable[[StepContext], Any]
+
+
+class FanKind(StrEnum):
+    PARALLEL = "parallel"
+    MAP = "map"
+
+
+def _never(ctx: StepContext) -> None:
+    raise WorkflowDefinitionError("a fan-out step runs its items, never a body of its own")
+
+
+def undo_items(ctx: StepContext) -> None:
+    """The compensation a fan-out step declares when its items do: engine/fan_undo.py runs
+    each committed item's own compensation instead (this marker is never called)."""
+    raise WorkflowDefinitionError("a fan-out step's items are undone one by one (engine/fan_undo.py)")
+
+
+def _undo_marker(specs: tuple[StepSpec, ...]) -> StepFn | None:
+    return undo_items if any(s.compensate is not None for s in specs) else None
+
+
+@dataclass(frozen=True)
+class FanoutSpec(StepSpec):
+    """``branches``: one StepSpec per branch (parallel) or the one StepSpec every item runs (map)."""
+
+    kind: FanKind = FanKind.MAP
+    branches: tuple[StepSpec, ...] = ()
+    items: ItemsFn | None = None
+    max_concurrency: int = 1
+    policy: CompletionPolicy = field(default_factory=CompletionPolicy)
+
+    def item_spec(self, idx: int) -> StepSpec:
+        return self.branches[idx] if self.kind is FanKind.PARALLEL else self.branches[0]
+
+    def item_policy(self, idx: int, default: RetryPolicy) -> RetryPolicy:
+        return self.item_spec(idx).retry or self.retry or default
+
+    @property
+    def compensates_items(self) -> bool:
+        return any(b.compensate is not None for b in self.branches)
+
+
+def _item_input(ctx: StepContext) -> dict[str, Any]:
+    return {"item": ctx.item}
+
+
+def _as_step(fn: StepSpec | StepFn | str, what: str) -> StepSpec:
+    if isinstance(fn, str):  # a workflow name: each item runs it as a child, with {"item": value}
+        return child(fn, input=_item_input)
+    if isinstance(fn, ChildSpec):
+        return fn
+    if isinstance(fn, (FanoutSpec, SleepSpec, *WAIT_SPECS)):
+        raise WorkflowDefinitionError(
+            f"{what} must be a step function, step(...), child(...) or a workflow name, not a wait, sleep or fan-out"
+        )
+    if isinstance(fn, StepSpec):
+        return fn
+    if not callable(fn):
+        raise WorkflowDefinitionError(f"{what} {fn!r} is not callable")
+    return StepSpec(fn=fn, name=getattr(fn, "__name__", "item"))
+
+
+def _count(value: object, what: str, *, least: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise WorkflowDefinitionError(f"{what} must be an integer >= {least}, not {value!r}")
+    return value
+
+
+def completion_policy(
+    min_successful: int | None, tolerated_failures: int | None, tolerated_failure_percentage: float | None
+) -> CompletionPolicy:
+    pct = tolerated_failure_percentage
+    if pct is not None and (
+        isinstance(pct, bool) or not isinstance(pct, (int, float)) or not math.isfinite(pct) or not 0 <= pct <= 100
+    ):
+        raise WorkflowDefinitionError(f"tolerated_failure_percentage must be in [0, 100], not {pct!r}")
+    return CompletionPolicy(
+        min_successful=_count(min_successful, "min_successful", least=1),
+        tolerated_failures=_count(tolerated_failures, "tolerated_failures", least=0),
+        tolerated_failure_percentage=None if pct is None else float(pct),
+    )
+
+
+def _name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise WorkflowDefinitionError(f"{what} {name!r} must match {NAME_RE.pattern}")
+    return name
+
+
+def parallel(
+    *branches: StepSpec | StepFn | str,
+    name: str = "parallel",
+    max_concurrency: int | None = None,
+    min_successful: int | None = None,
+    tolerated_failures: int | None = None,
+    tolerated_failure_percentage: float | None = None,
+    retry: RetryPolicy | None = None,
+    catch: Any = None,
+) -> FanoutSpec:
+    """Run the branches side by side; each branch's dict merges into the context in branch order."""
+    if not branches:
+        raise WorkflowDefinitionError("parallel needs at least one branch")
+    specs = tuple(_as_step(b, f"branch {i} of {name!r}") for i, b in enumerate(branches))
+    window = _count(max_concurrency, "max_concurrency", least=1) or len(specs)
+    policy = completion_policy(min_successful, tolerated_failures, tolerated_failure_percentage)
+    if policy.min_successful is not None and policy.min_successful > len(specs):
+        raise WorkflowDefinitionError(f"min_successful {policy.min_successful} > {len(specs)} branches")
+    return FanoutSpec(
+        fn=_never,
+        name=_name(name, "step name"),
+        retry=retry,
+        catch=catch,
+        compensate=_undo_marker(specs),
+        kind=FanKind.PARALLEL,
+        branches=specs,
+        max_concurrency=window,
+        policy=policy,
+    )
+
+
+def map(  # the issue's spelling, as in Lambda durable functions (shadows the builtin on purpose)
+    *,
+    items: ItemsFn,
+    run: StepSpec | StepFn | str,
+    name: str = "map",
+    max_concurrency: int = 10,
+    min_successful: int | None = None,
+    tolerated_failures: int | None = None,
+    tolerated_failure_percentage: float | None = None,
+    retry: RetryPolicy | None = None,
+    compensate: StepFn | None = None,
+    catch: Any = None,
+) -> FanoutSpec:
+    """Run ``run`` once per element of ``items(ctx)`` (a list of JSON values, at most 10,000).
+
+    ``context[name]`` is the list of results in item order (None for a failed or unstarted
+    item), or, when that list cannot fit the execution item, a marker that
+    ``ctx.results(name)`` pages through.
+    """
+    if not callable(items):
+        raise WorkflowDefinitionError(f"map items {items!r} must be a function of the context")
+    spec = _as_step(run, f"map run of {name!r}")
+    if compensate is not None:
+        if not callable(compensate):
+            raise WorkflowDefinitionError(f"compensate {compensate!r} of map {name!r} is not callable")
+        spec = replace(spec, compensate=compensate)
+    return FanoutSpec(
+        fn=_never,
+        name=_name(name, "step name"),
+        retry=retry,
+        catch=catch,
+        compensate=_undo_marker((spec,)),
+        kind=FanKind.MAP,
+        branches=(spec,),
+        items=items,
+        max_concurrency=_count(max_concurrency, "max_concurrency", least=1) or 1,
+        policy=completion_policy(min_successful, tolerated_failures, tolerated_failure_percentage),
+    )
