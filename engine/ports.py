@@ -87,6 +87,12 @@ class Queue(Protocol):
         ``TransientError`` when the queue cannot be asked.
         """
 
+    def parked(self) -> int:
+        """Messages in the dead-letter queue (visible or not): the engine's failure records and
+        step messages SQS moved there after ``maxReceiveCount``. Approximate, as ``backlog``;
+        raises ``TransientError`` when the queue cannot be asked.
+        """
+
 
 class Faults(Protocol):
     """Named points where chaos tests may crash the worker. Inert in production."""

@@ -54,6 +54,13 @@ class SqsQueue:
             )
         return int(answer.get("Attributes", {}).get("ApproximateNumberOfMessages", "0"))
 
+    def parked(self) -> int:
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        with mapped(f"queue {self.dlq_url}"):
+            answer = self._sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=names)
+        attributes = answer.get("Attributes", {})
+        return sum(int(attributes.get(name, "0")) for name in names)
+
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         with mapped(f"queue {self.queue_url}"):
             self._visibility.change_message_visibility(

@@ -159,6 +159,8 @@ class SpyQueue:
         # What backlog() answers instead of SQS's figure (which is approximate, and may lag).
         self.backlog_says: int | None = None
         self.backlog_asked = 0
+        # What parked() answers instead of the dead-letter queue's own count.
+        self.parked_says: int | None = None
 
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
         if self.fail_sends:
@@ -184,6 +186,9 @@ class SpyQueue:
     def backlog(self) -> int:
         self.backlog_asked += 1
         return self.inner.backlog() if self.backlog_says is None else self.backlog_says
+
+    def parked(self) -> int:
+        return self.inner.parked() if self.parked_says is None else self.parked_says
 
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         self.inner.change_visibility(receipt_handle, timeout_seconds)

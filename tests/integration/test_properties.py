@@ -224,6 +224,9 @@ class ModelQueue:
     def backlog(self) -> int:
         return len(self.visible())
 
+    def parked(self) -> int:
+        return len(self.dead)
+
     def visible(self) -> list[Envelope]:
         return [m for m in self.messages if m.visible_at <= self.clock.now()]
 
