@@ -313,7 +313,7 @@ def run_soak(
                 summary.violations.append(f"injecting {f.kind} failed: {type(exc).__name__}: {exc}")
         say(f"soak: all faults injected after {time.time() - started:.0f}s; waiting for every execution")
         try:
-            w.wait(ids, timeout=timeout, poll=0.5)
+            w.wait_seen(ids, timeout=timeout)
         except Exception as exc:
             summary.violations.append(str(exc))
         injector.settle()

@@ -67,21 +67,25 @@ class Heartbeat:
     def _run(self) -> None:
         log = get_logger(execution_id=None, step=None, attempt=None)
         while not self._stop.wait(self._interval):
+            # One batch call a beat (SQS takes ten; a batch has ten records at most), made under
+            # the lock: ``done`` cannot slip in between the snapshot and the extension.
             with self._lock:
-                message_ids = list(self._pending)
-            for message_id in message_ids:
-                # Checked and extended under the lock: ``done`` cannot slip in between.
-                with self._lock:
-                    receipt = self._pending.get(message_id)
-                    if receipt is None or self._stop.is_set():
-                        continue
-                    try:
-                        self._queue.change_visibility(receipt, self._extend_to)
-                    except Exception as exc:  # a lost receipt is not worth killing the step for
-                        log.warning("heartbeat.failed", message_id=message_id, error=error_info(exc))
-                        continue
-                    self.beats += 1
-                if self._on_beat is not None:
+                if self._stop.is_set():
+                    break
+                pending = dict(self._pending)
+                if not pending:
+                    continue
+                try:
+                    failed = set(self._queue.change_visibility_many(list(pending.values()), self._extend_to))
+                except Exception as exc:  # a lost receipt is not worth killing the step for
+                    log.warning("heartbeat.failed", messages=len(pending), error=error_info(exc))
+                    continue
+                if failed:
+                    log.warning("heartbeat.not_extended", messages=len(failed))
+                extended = [message_id for message_id, receipt in pending.items() if receipt not in failed]
+                self.beats += len(extended)
+            if self._on_beat is not None:
+                for message_id in extended:
                     self._on_beat(message_id)
 
 

@@ -80,6 +80,10 @@ class Queue(Protocol):
 
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None: ...
 
+    def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:
+        """Change several messages' visibility in as few calls as the queue allows (SQS: ten a
+        call); the receipt handles it could not change. Raises as ``change_visibility``."""
+
     def backlog(self) -> int:
         """Messages waiting in the step queue to be received: visible, not in flight, not delayed.
 

@@ -66,3 +66,15 @@ class SqsQueue:
             self._visibility.change_message_visibility(
                 QueueUrl=self.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_seconds
             )
+
+    def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:
+        failed: list[str] = []
+        for start in range(0, len(receipt_handles), 10):  # ChangeMessageVisibilityBatch takes ten at most
+            chunk = receipt_handles[start : start + 10]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": timeout_seconds} for i, r in enumerate(chunk)
+            ]
+            with mapped(f"queue {self.queue_url}"):
+                answer = self._visibility.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+            failed += [chunk[int(f["Id"])] for f in answer.get("Failed") or []]
+        return failed

@@ -221,6 +221,9 @@ class ModelQueue:
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         return None
 
+    def change_visibility_many(self, receipt_handles: list[str], timeout_seconds: int) -> list[str]:
+        return []
+
     def backlog(self) -> int:
         return len(self.visible())
 
