@@ -224,10 +224,14 @@ def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig, par
     """
     if ex.started_attempt == ex.attempt or waiting == 0:
         return SweepAction.REDRIVE
-    patience = cfg.parked_patience_leases if parked else cfg.backlog_patience_leases
-    if now - ex.updated_at >= patience * cfg.lease_seconds:
+    if now - ex.updated_at >= backlog_patience(cfg, parked):
         return SweepAction.REDRIVE
     return SweepAction.POSTPONED
+
+
+def backlog_patience(cfg: EngineConfig, parked: int) -> float:
+    """Seconds after an execution's last transition that a backlog may explain its lapsed lease."""
+    return (cfg.parked_patience_leases if parked else cfg.backlog_patience_leases) * cfg.lease_seconds
 
 
 def sweep_one(
@@ -252,9 +256,13 @@ def sweep_one(
             if done.effects.delayed is not None:
                 send(parts, *done.effects.delayed)
             return SweepAction.WOKE, done.effects.run_next
-        action = _judge(parts, ex, now, backlog or Backlog(parts))
-        postpone = action is SweepAction.POSTPONED
-        new = (tr.postponed_state if postpone else tr.reclaimed_state)(ex, now, parts.config)
+        backlog = backlog or Backlog(parts)
+        action = _judge(parts, ex, now, backlog)
+        if action is SweepAction.POSTPONED:
+            patience = backlog_patience(parts.config, backlog.parked())
+            new = tr.postponed_state(ex, now, parts.config, patience)
+        else:
+            new = tr.reclaimed_state(ex, now, parts.config)
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("sweep.lost_race")
