@@ -149,3 +149,15 @@ def test_warming_without_the_functions_environment_builds_nothing(monkeypatch: p
     wiring.reset()
     wiring.warm()
     assert wiring._cache == {}
+
+
+def test_a_workflow_module_that_does_not_import_fails_the_first_invocation_not_the_init(
+    fn: Functions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fn.use("WorkerFunction")
+    monkeypatch.setenv("LOOM_WORKFLOW_MODULES", "workflows,no_such_module_here")
+    wiring.reset()
+    wiring.warm()  # at init: nothing raised, nothing cached
+    assert wiring._cache == {}
+    with pytest.raises(ImportError):
+        wiring.engine()
