@@ -72,6 +72,13 @@ def queue_depth(target: Target) -> dict[str, int]:
     return {n.removeprefix("ApproximateNumberOfMessages") or "Visible": int(attrs.get(n, 0)) for n in names}
 
 
+def dlq_depth(target: Target) -> int:
+    """Messages in the dead-letter queue, visible or not."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attrs = target.sqs.get_queue_attributes(QueueUrl=target.dlq_url, AttributeNames=names)["Attributes"]
+    return sum(int(attrs.get(n, 0)) for n in names)
+
+
 def purge(target: Target) -> None:
     """Lose every message, delayed ones included: the only API that reaches a delayed message."""
     target.sqs.purge_queue(QueueUrl=target.queue_url)

@@ -71,17 +71,56 @@ class Watcher:
                 self._done.add(ex.id)
 
     def _run(self) -> None:
+        many = getattr(self._target, "get_many", None)
         while not self._stop.is_set():
             with self._lock:
                 pending = [i for i in self._ids if i not in self._done]
-            for eid in pending:
-                if self._stop.is_set():
-                    return
-                try:
-                    self.poll(eid)
-                except Exception:  # an emulator hiccup must not end the observation
-                    self.errors += 1
+            if many is not None:
+                self._pass_batched(many, pending)
+            else:
+                for eid in pending:
+                    if self._stop.is_set():
+                        return
+                    try:
+                        self.poll(eid)
+                    except Exception:  # an emulator hiccup must not end the observation
+                        self.errors += 1
             self._stop.wait(self._interval)
+
+    def _pass_batched(self, many: Callable[[list[str]], list[Execution]], pending: list[str]) -> None:
+        for start in range(0, len(pending), 100):
+            if self._stop.is_set():
+                return
+            try:
+                for ex in many(pending[start : start + 100]):
+                    self._record(ex)
+            except Exception:  # an emulator hiccup must not end the observation
+                self.errors += 1
+
+    def wait_seen(
+        self,
+        execution_ids: Iterable[str],
+        pred: Callable[[Execution], bool] = lambda ex: ex.terminal,
+        *,
+        timeout: float,
+    ) -> dict[str, Execution]:
+        """``wait`` on what the background thread sees, without polling each execution again
+        (with a thousand executions that would double the observer's load on the emulator)."""
+        ids = list(execution_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                found = {e: ex for e in ids if (ex := self._latest.get(e)) is not None and pred(ex)}
+            if len(found) == len(ids):
+                return found
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                late = [
+                    f"{e}: {x.status.value} step {x.current_step}" if (x := self.latest(e)) else f"{e}: missing"
+                    for e in ids
+                    if e not in found
+                ]
+                raise Timeout(f"{len(late)} execution(s) did not reach a terminal state in {timeout:.0f}s: {late[:5]}")
+            time.sleep(0.5)
 
     def trail(self, execution_id: str) -> list[Snapshot]:
         with self._lock:

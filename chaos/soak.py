@@ -144,6 +144,10 @@ class SoakSummary:
     recovery_p50: float | None = None
     recovery_p99: float | None = None
     seconds: float = 0.0
+    # What the run cost, read from the outside afterwards (``tally``): step body runs, runs of
+    # a key beyond its first, duplicates the ledger absorbed, writes the history does not
+    # name (start marks, reclaims, postponements) and messages left in the dead-letter queue.
+    figures: dict[str, int] = field(default_factory=dict)
 
     def render(self) -> str:
         lines = [
@@ -161,6 +165,8 @@ class SoakSummary:
         p50 = "-" if self.recovery_p50 is None else f"{self.recovery_p50:.1f}s"
         p99 = "-" if self.recovery_p99 is None else f"{self.recovery_p99:.1f}s"
         lines.append(f"recovery time p50={p50} p99={p99}")
+        if self.figures:
+            lines.append("figures: " + ", ".join(f"{k}={v}" for k, v in self.figures.items()))
         return "\n".join(lines)
 
     def as_result(self) -> Result:
@@ -258,6 +264,17 @@ class _Injector:
             self.recoveries.append(worst)
 
 
+def tally(entries: dict[str, dict[str, Any]], extra_writes: int) -> Counter[str]:
+    """One execution's costs from its ledger rows (runs and duplicates per idempotency key)."""
+    runs = [int(row.get("runs", 0)) for row in entries.values()]
+    return Counter(
+        step_runs=sum(runs),
+        repeat_runs=sum(max(0, r - 1) for r in runs),
+        absorbed_duplicates=sum(int(row.get("duplicates", 0)) for row in entries.values()),
+        extra_writes=extra_writes,
+    )
+
+
 def run_soak(
     target: Target, executions: int, seed: int, *, out: TextIO | None = None, timeout: float = 240.0
 ) -> SoakSummary:
@@ -296,7 +313,7 @@ def run_soak(
                 summary.violations.append(f"injecting {f.kind} failed: {type(exc).__name__}: {exc}")
         say(f"soak: all faults injected after {time.time() - started:.0f}s; waiting for every execution")
         try:
-            w.wait(ids, timeout=timeout, poll=0.5)
+            w.wait_seen(ids, timeout=timeout)
         except Exception as exc:
             summary.violations.append(str(exc))
         injector.settle()
@@ -307,12 +324,15 @@ def run_soak(
         if any(depth.values()):
             summary.violations.append(f"messages still circulating in the step queue: {depth}")
     statuses: Counter[str] = Counter()
+    figures: Counter[str] = Counter()
     knob_recoveries = []
     for eid, e in zip(ids, plan.executions, strict=True):
         ex = target.get(eid)
         statuses[ex.status.value if ex else "MISSING"] += 1
-        report = check_execution(ex, target.history(eid), target.entries(eid), w.trail(eid), Expect())
+        entries = target.entries(eid)
+        report = check_execution(ex, target.history(eid), entries, w.trail(eid), Expect())
         summary.violations += [f"{eid}: {v}" for v in report.violations]
+        figures.update(tally(entries, report.extra_writes))
         if e.knobs:
             trail = w.trail(eid)
             gaps = [b.seen_at - a.seen_at for a, b in itertools.pairwise(trail)]
@@ -320,6 +340,7 @@ def run_soak(
     recoveries = injector.recoveries + knob_recoveries
     summary.injected = dict(injected)
     summary.statuses = dict(statuses)
+    summary.figures = {**figures, "dlq_messages": faults.dlq_depth(target)}
     summary.recovery_p50 = percentile(recoveries, 50)
     summary.recovery_p99 = percentile(recoveries, 99)
     summary.seconds = round(time.time() - started, 1)

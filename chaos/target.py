@@ -287,6 +287,11 @@ class Target:
     def get(self, execution_id: str) -> Execution | None:
         return self.store.get_execution(execution_id)
 
+    def get_many(self, execution_ids: list[str]) -> list[Execution]:
+        """Many executions in a request a hundred: a watcher of a thousand executions would
+        otherwise keep the emulator busy with a GetItem per execution per pass."""
+        return self.store.get_executions(execution_ids)
+
     def history(self, execution_id: str) -> list[StepRecord]:
         return sorted(self.store.history(execution_id), key=lambda r: r.index)
 

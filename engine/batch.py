@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -14,6 +15,7 @@ from engine.messages import StepMessage
 from engine.outcome import OutcomeStatus
 from engine.ports import Queue
 from engine.runtime import Engine, Remaining
+from engine.verdicts import RecordVerdict, check_record, requeued
 
 
 class Heartbeat:
@@ -65,21 +67,25 @@ class Heartbeat:
     def _run(self) -> None:
         log = get_logger(execution_id=None, step=None, attempt=None)
         while not self._stop.wait(self._interval):
+            # One batch call a beat (SQS takes ten; a batch has ten records at most), made under
+            # the lock: ``done`` cannot slip in between the snapshot and the extension.
             with self._lock:
-                message_ids = list(self._pending)
-            for message_id in message_ids:
-                # Checked and extended under the lock: ``done`` cannot slip in between.
-                with self._lock:
-                    receipt = self._pending.get(message_id)
-                    if receipt is None or self._stop.is_set():
-                        continue
-                    try:
-                        self._queue.change_visibility(receipt, self._extend_to)
-                    except Exception as exc:  # a lost receipt is not worth killing the step for
-                        log.warning("heartbeat.failed", message_id=message_id, error=error_info(exc))
-                        continue
-                    self.beats += 1
-                if self._on_beat is not None:
+                if self._stop.is_set():
+                    break
+                pending = dict(self._pending)
+                if not pending:
+                    continue
+                try:
+                    failed = set(self._queue.change_visibility_many(list(pending.values()), self._extend_to))
+                except Exception as exc:  # a lost receipt is not worth killing the step for
+                    log.warning("heartbeat.failed", messages=len(pending), error=error_info(exc))
+                    continue
+                if failed:
+                    log.warning("heartbeat.not_extended", messages=len(failed))
+                extended = [message_id for message_id, receipt in pending.items() if receipt not in failed]
+                self.beats += len(extended)
+            if self._on_beat is not None:
+                for message_id in extended:
                     self._on_beat(message_id)
 
 
@@ -95,9 +101,13 @@ def process_batch(
 
     Stale and duplicate messages are successes (they are deleted); only failures
     worth retrying are reported, so one bad message does not redeliver the batch.
+    Once the invocation's time is nearly spent (``verdicts.check_record``) the rest of
+    the batch is handed to other invocations (``hand_over``) instead of started.
     """
     records = list(event.get("Records") or [])
     failures: list[dict[str, str]] = []
+    held: list[tuple[str, StepMessage]] = []
+    pace = _Pace(remaining)
     receipts = {r.get("messageId", str(i)): r.get("receiptHandle", "") for i, r in enumerate(records)}
     with Heartbeat(engine.queue, receipts, interval=heartbeat_interval, extend_to=visibility_timeout) as heartbeat:
         for i, record in enumerate(records):
@@ -114,29 +124,78 @@ def process_batch(
                     continue
                 attributes = record.get("attributes") or {}
                 redelivered = int(attributes.get("ApproximateReceiveCount", "1") or 1) > 1
-                outcome = engine.handle(message, redelivered=redelivered, remaining=remaining)
-                if outcome.status is OutcomeStatus.NO_TIME:
-                    hand_back(engine, heartbeat, message_id, str(record.get("receiptHandle", "")), first=i == 0)
+                if held or pace.verdict(engine, first=i == 0) is RecordVerdict.HOLD_BACK:
+                    held.append((message_id, requeued(message, redelivered=redelivered)))
+                    continue
+                with pace.timing():
+                    outcome = engine.handle(message, redelivered=redelivered, remaining=remaining)
+                if outcome.status is OutcomeStatus.NO_TIME and i > 0:
+                    held.append((message_id, requeued(message, redelivered=redelivered)))
+                elif outcome.status is OutcomeStatus.NO_TIME:
+                    hand_back(engine, heartbeat, message_id, str(record.get("receiptHandle", "")))
                     failures.append({"itemIdentifier": message_id})
             except Exception as exc:
                 log.exception("message.failed", error=error_info(exc))
                 failures.append({"itemIdentifier": message_id})
             finally:
                 heartbeat.done(message_id)
+    failures += hand_over(engine, held)
     return {"batchItemFailures": failures}
 
 
-def hand_back(engine: Engine, heartbeat: Heartbeat, message_id: str, receipt: str, *, first: bool) -> None:
-    """A record whose step was not started for lack of time: visible again now (not after the
-    visibility timeout), so that an invocation with time takes it; the caller reports it."""
+class _Pace:
+    """The invocation's time as the batch spends it: what it had at the start, and the
+    longest record so far, both read from ``remaining`` (the deadline's clock)."""
+
+    def __init__(self, remaining: Remaining | None) -> None:
+        self._remaining = remaining
+        self.budget = None if remaining is None else remaining()
+        self.slowest = 0.0
+
+    def verdict(self, engine: Engine, *, first: bool) -> RecordVerdict:
+        left = None if self._remaining is None else self._remaining()
+        return check_record(left, first=first, budget=self.budget, slowest=self.slowest, cfg=engine.config)
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        before = None if self._remaining is None else self._remaining()
+        try:
+            yield
+        finally:
+            if self._remaining is not None and before is not None:
+                self.slowest = max(self.slowest, before - self._remaining())
+
+
+def hand_over(engine: Engine, held: list[tuple[str, StepMessage]]) -> list[dict[str, str]]:
+    """Records held back for lack of time: a fresh copy of each goes to the queue and the
+    record is acknowledged; the failures to report when the copies could not be sent.
+
+    Reporting the record instead would bring it back with one more receive, and under a
+    long overload SQS would park it in the DLQ after ``maxReceiveCount`` hand-backs:
+    overload must cost a delay, not a dead letter. A copy sent whose original then comes
+    back anyway (the invocation died before answering) is a duplicate, which the runner
+    tells apart as any other.
+    """
+    if not held:
+        return []
+    log = get_logger(execution_id=None, step=None, attempt=None)
+    try:
+        engine.queue.send_many([message for _, message in held])
+    except Exception as exc:  # reported: SQS delivers them again after the visibility timeout
+        log.warning("batch.hand_over_failed", error=error_info(exc), records=len(held))
+        return [{"itemIdentifier": message_id} for message_id, _ in held]
+    log.info("batch.handed_over", records=len(held))
+    return []
+
+
+def hand_back(engine: Engine, heartbeat: Heartbeat, message_id: str, receipt: str) -> None:
+    """A first record whose step was not started for lack of time: visible again now (not
+    after the visibility timeout), so that an invocation with time takes it; the caller
+    reports it, so that a step that can never fit is parked after ``maxReceiveCount``."""
     log = get_logger(execution_id=None, step=None, attempt=None, message_id=message_id)
-    if first:
-        # It had the whole invocation: its timeout plus the reserve exceeds the worker's
-        # timeout, and SQS parks it in the DLQ after maxReceiveCount deliveries.
-        log.error("message.no_time_at_invocation_start")
-    else:
-        log.info("message.no_time")
-    heartbeat.done(message_id)  # first: the heartbeat must not hide it again
+    # It had the whole invocation: its timeout plus the reserve exceeds the worker's timeout.
+    log.error("message.no_time_at_invocation_start")
+    heartbeat.done(message_id)  # the heartbeat must not hide it again
     try:
         engine.queue.change_visibility(receipt, 0)
     except Exception as exc:  # it still comes back, after the visibility timeout

@@ -27,6 +27,10 @@ class EngineConfig:
     # from a batch) only with that timeout plus this left; any step is chained only with
     # more than this left.
     chain_reserve_seconds: float = 10.0
+    # A batch's records after the first start only while the invocation has this share of its
+    # time (as it was when the batch began) left, or the chain reserve if that is less, plus
+    # the longest record so far; the rest are handed back (verdicts.check_record).
+    record_reserve_fraction: float = 0.25
     # A message may arrive this much before its ready time and still run.
     early_tolerance: float = 1.0
     # Executions one sweep call may re-drive, and the page size of its queries.
@@ -40,6 +44,10 @@ class EngineConfig:
     # taken as lost even while the queue is busy: under a backlog that never drains, a lost
     # message is re-driven after this long instead of never.
     backlog_patience_leases: float = 15.0
+    # The same patience while the dead-letter queue holds messages: SQS may have parked the
+    # execution's message there after maxReceiveCount deliveries, where no backlog delivers
+    # it, and the sweeper cannot tell which executions' messages those are.
+    parked_patience_leases: float = 2.0
     # A sweep stops with this much of its invocation left, so that it sends what it claimed.
     sweep_reserve_seconds: float = 10.0
 
@@ -52,6 +60,8 @@ class EngineConfig:
             raise InvalidInput("sweep_limit and sweep_page must be at least 1")
         if self.sweep_period_seconds <= 0:
             raise InvalidInput("sweep_period_seconds must be positive")
+        if not 0 <= self.record_reserve_fraction < 1:
+            raise InvalidInput("record_reserve_fraction must be at least 0 and below 1")
         if not 0 <= self.max_sqs_delay <= 900:
             raise InvalidInput("max_sqs_delay must be between 0 and 900")
 

@@ -110,11 +110,21 @@ class Queue(Protocol):
 
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None: ...
 
+    def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:
+        """Change several messages' visibility in as few calls as the queue allows (SQS: ten a
+        call); the receipt handles it could not change. Raises as ``change_visibility``."""
+
     def backlog(self) -> int:
         """Messages waiting in the step queue to be received: visible, not in flight, not delayed.
 
         SQS's figure is approximate (it may lag the queue by a minute). Raises
         ``TransientError`` when the queue cannot be asked.
+        """
+
+    def parked(self) -> int:
+        """Messages in the dead-letter queue (visible or not): the engine's failure records and
+        step messages SQS moved there after ``maxReceiveCount``. Approximate, as ``backlog``;
+        raises ``TransientError`` when the queue cannot be asked.
         """
 
 

@@ -174,11 +174,13 @@ def send_redrives(parts: Parts, messages: list[StepMessage]) -> int:
 
 
 class Backlog:
-    """The step queue's backlog, asked at most once per sweep and only when a verdict needs it."""
+    """The step queue's backlog and the dead-letter queue's count, asked at most once per
+    sweep and only when a verdict needs them."""
 
     def __init__(self, parts: Parts) -> None:
         self._parts = parts
         self._waiting: int | None = None
+        self._parked: int | None = None
         # Messages this sweep has sent already (woken sleeps, redrives): not a backlog.
         self.own = 0
 
@@ -192,8 +194,19 @@ class Backlog:
                 self._waiting = 0
         return self._waiting
 
+    def parked(self) -> int:
+        if self._parked is None:
+            try:
+                self._parked = self._parts.queue.parked()
+            except LoomError as exc:
+                # Unknown: take it as holding messages, the short patience (a wrong guess costs
+                # a guarded redrive, the long one a stranded execution).
+                engine_log().warning("sweep.parked_unknown", error=error_info(exc))
+                self._parked = 1
+        return self._parked
 
-def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig) -> SweepAction:
+
+def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig, parked: int = 0) -> SweepAction:
     """A RUNNING execution's lease lapsed: re-drive it, or wait for the queue's backlog.
 
     A marked attempt (``started_attempt == attempt``) was started by a guarded runner
@@ -205,17 +218,24 @@ def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig) -> 
     after its lease ran low runs guarded too, so a wrong guess costs a message, not an
     overlapping run.) The backlog is believed for ``backlog_patience_leases`` leases after
     the execution's last transition (a postponement keeps ``updated_at``): a queue that
-    never drains must not keep a lost message waiting forever.
+    never drains must not keep a lost message waiting forever. While the dead-letter queue
+    holds ``parked`` messages, the message may be one SQS parked there, which no backlog
+    delivers: the backlog is then believed for ``parked_patience_leases`` only.
     """
     if ex.started_attempt == ex.attempt or waiting == 0:
         return SweepAction.REDRIVE
-    if now - ex.updated_at >= cfg.backlog_patience_leases * cfg.lease_seconds:
+    if now - ex.updated_at >= backlog_patience(cfg, parked):
         return SweepAction.REDRIVE
     return SweepAction.POSTPONED
 
 
+def backlog_patience(cfg: EngineConfig, parked: int) -> float:
+    """Seconds after an execution's last transition that a backlog may explain its lapsed lease."""
+    return (cfg.parked_patience_leases if parked else cfg.backlog_patience_leases) * cfg.lease_seconds
+
+
 def sweep_one(
-    parts: Parts, execution_id: str, now: float, backlog: Callable[[], int] | None = None
+    parts: Parts, execution_id: str, now: float, backlog: Backlog | None = None
 ) -> tuple[SweepAction, StepMessage | None]:
     ex = parts.store.get_execution(execution_id)
     if ex is None or ex.next_wake_at is None or ex.next_wake_at > now:
@@ -236,10 +256,13 @@ def sweep_one(
             if done.effects.delayed is not None:
                 send(parts, *done.effects.delayed)
             return SweepAction.WOKE, done.effects.run_next
-        marked = ex.started_attempt == ex.attempt
-        action = judge_lapsed(ex, 0 if marked else (backlog or Backlog(parts))(), now, parts.config)
-        postpone = action is SweepAction.POSTPONED
-        new = (tr.postponed_state if postpone else tr.reclaimed_state)(ex, now, parts.config)
+        backlog = backlog or Backlog(parts)
+        action = _judge(parts, ex, now, backlog)
+        if action is SweepAction.POSTPONED:
+            patience = backlog_patience(parts.config, backlog.parked())
+            new = tr.postponed_state(ex, now, parts.config, patience)
+        else:
+            new = tr.reclaimed_state(ex, now, parts.config)
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("sweep.lost_race")
@@ -253,6 +276,15 @@ def sweep_one(
         return action, None
     execution_log(ex).info("sweep.redrive", wake_at=wake_at, late_by=round(now - wake_at, 3))
     return SweepAction.REDRIVE, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
+
+
+def _judge(parts: Parts, ex: Execution, now: float, backlog: Backlog) -> SweepAction:
+    """``judge_lapsed`` with the queue figures it needs, asked only when they can matter."""
+    if ex.started_attempt == ex.attempt:
+        return judge_lapsed(ex, 0, now, parts.config)
+    waiting = backlog()
+    parked = backlog.parked() if waiting else 0
+    return judge_lapsed(ex, waiting, now, parts.config, parked)
 
 
 def _unindex(parts: Parts, ex: Execution, now: float) -> None:

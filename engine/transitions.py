@@ -165,13 +165,22 @@ def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(now, next_wake_at=now + cfg.lease_seconds)
 
 
-def postponed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+def postponed_state(ex: Execution, now: float, cfg: EngineConfig, patience: float | None = None) -> Execution:
     """The sweeper renews a lapsed lease because the queue's backlog may hold its message.
 
     ``updated_at`` stays the time of the last real transition, when the message was sent:
-    the sweeper's patience with a backlog counts from it.
+    the sweeper's patience with a backlog counts from it. The new lease is as long as the
+    message has waited so far (at least the usual two leases): behind a long backlog an
+    execution then costs a write each time its wait doubles, not one every two leases (a
+    thousand executions waiting behind a backlog kept the sweeper writing without pause).
+    It never runs past the end of ``patience`` (seconds after the last transition), when
+    the sweeper stops believing the backlog.
     """
-    return replace(ex.evolve(now, next_wake_at=lease(None, now, cfg)), updated_at=ex.updated_at)
+    ahead = 2 * cfg.lease_seconds
+    waited = now - ex.updated_at
+    if patience is not None:
+        waited = min(waited, ex.updated_at + patience - now)
+    return replace(ex.evolve(now, next_wake_at=now + max(ahead, waited)), updated_at=ex.updated_at)
 
 
 def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:

@@ -4,6 +4,7 @@ The runner reads the execution (and, for a guarded run, the step's history recor
 asks these functions what to do, and carries the verdict out. Every branch of the
 message protocol is here, so the unit tests can walk all of them without moto.
 
+    record of a batch ──► check_record ──► HOLD_BACK (send a copy, acknowledge it) | START:
     message ──► check_message ──► ORPHAN | STALE                  (acknowledge, nothing written)
                       │           EARLY                           (send it back for when it is due)
                       │           WAKE                            (finish the sleep)
@@ -16,7 +17,7 @@ message protocol is here, so the unit tests can walk all of them without moto.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from engine.config import EngineConfig
@@ -30,6 +31,11 @@ class MessageVerdict(StrEnum):
     EARLY = "early"  # it points at the right place, but before its ready or wake time
     WAKE = "wake"  # a sleep is over: commit it and move on
     RUN = "run"  # run the current attempt of the current step
+
+
+class RecordVerdict(StrEnum):
+    START = "start"  # handle the record in this invocation
+    HOLD_BACK = "hold_back"  # the invocation's time is nearly spent: hand it to another one
 
 
 class GuardVerdict(StrEnum):
@@ -109,6 +115,45 @@ def has_time(remaining: float | None, timeout: float, reserve: float) -> bool:
     An unknown deadline (None: no Lambda context) holds nothing back.
     """
     return remaining is None or remaining >= timeout + reserve
+
+
+def check_record(
+    remaining: float | None, *, first: bool, budget: float | None, slowest: float, cfg: EngineConfig
+) -> RecordVerdict:
+    """Whether a batch's record starts in this invocation, whatever its step declares.
+
+    An invocation killed by its timeout returns its whole batch: every record it had not
+    finished comes back with one more receive, and SQS parks a message in the DLQ after
+    ``maxReceiveCount`` of those. So a record after the first starts only with
+    ``record_reserve`` plus the longest record so far (``slowest``, the best guess of what
+    the next one costs) left. The first record always starts: it has the whole invocation,
+    and holding it back would only pass it from invocation to invocation. (A step with a
+    declared ``timeout`` is also checked against it by the runner: ``has_time``.) An
+    unknown deadline (None: no Lambda context) holds nothing back.
+    """
+    if remaining is None or budget is None or first:
+        return RecordVerdict.START
+    if remaining >= record_reserve(budget, cfg) + slowest:
+        return RecordVerdict.START
+    return RecordVerdict.HOLD_BACK
+
+
+def record_reserve(budget: float, cfg: EngineConfig) -> float:
+    """Time kept back from a batch's next record: the chain reserve, or a share of the
+    invocation (its time left when the batch began) when that is less, as it is under a short
+    worker timeout (the chaos kit's 10 s would otherwise hold back every record but the first)."""
+    return min(cfg.chain_reserve_seconds, cfg.record_reserve_fraction * budget)
+
+
+def requeued(msg: StepMessage, *, redelivered: bool) -> StepMessage:
+    """The copy of a held-back record sent for another invocation.
+
+    The copy arrives as a first delivery; a record that was a redelivery ran guarded
+    (something may have run it before), so its copy asks for the guard by its kind.
+    """
+    if redelivered and msg.kind is MessageKind.STEP:
+        return replace(msg, kind=MessageKind.REDRIVE)
+    return msg
 
 
 def needs_guard(msg: StepMessage, *, redelivered: bool, at_most_once: bool, covered: bool = True) -> bool:

@@ -9,6 +9,7 @@ from functions import wiring
 from functions.settings import Settings
 
 wiring.ensure_logging()  # at init, as Lambda imports the handler
+wiring.warm()
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

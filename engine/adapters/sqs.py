@@ -54,8 +54,27 @@ class SqsQueue:
             )
         return int(answer.get("Attributes", {}).get("ApproximateNumberOfMessages", "0"))
 
+    def parked(self) -> int:
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        with mapped(f"queue {self.dlq_url}"):
+            answer = self._sqs.get_queue_attributes(QueueUrl=self.dlq_url, AttributeNames=names)
+        attributes = answer.get("Attributes", {})
+        return sum(int(attributes.get(name, "0")) for name in names)
+
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         with mapped(f"queue {self.queue_url}"):
             self._visibility.change_message_visibility(
                 QueueUrl=self.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_seconds
             )
+
+    def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:
+        failed: list[str] = []
+        for start in range(0, len(receipt_handles), 10):  # ChangeMessageVisibilityBatch takes ten at most
+            chunk = receipt_handles[start : start + 10]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": r, "VisibilityTimeout": timeout_seconds} for i, r in enumerate(chunk)
+            ]
+            with mapped(f"queue {self.queue_url}"):
+                answer = self._visibility.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+            failed += [chunk[int(f["Id"])] for f in answer.get("Failed") or []]
+        return failed

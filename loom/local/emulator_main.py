@@ -27,7 +27,7 @@ from typing import Any
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local import snapshot
+from loom.local import moto_speed, snapshot
 
 
 class AtomicDynamoDB:
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between saves while busy")
     args = parser.parse_args(argv)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request is noise here
+    moto_speed.apply()  # a backlog must not make every SQS call cost a pass per message
     app = AtomicDynamoDB(DomainDispatcherApplication(create_backend_app))
     server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
     threading.Thread(target=server.serve_forever, name="moto", daemon=True).start()

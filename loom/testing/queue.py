@@ -53,6 +53,15 @@ class VirtualQueue:
         now = self.clock.now()
         return sum(1 for q in self.messages if q.visible_at <= now)
 
+    def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:
+        for receipt in receipt_handles:
+            self.change_visibility(receipt, timeout_seconds)
+        return []
+
+    def parked(self) -> int:
+        """The dead-letter queue's count: the engine's records (this queue never parks a message)."""
+        return len(self.dead_letters)
+
     # what the test runner does as Lambda's event source
     def receive(self) -> Queued | None:
         """The oldest visible message, now in flight for a visibility timeout."""

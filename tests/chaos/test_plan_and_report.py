@@ -86,3 +86,17 @@ def test_a_background_fault_that_raises_is_reported_as_an_incident_not_lost() ->
     summary = SoakSummary(seed=1, digest="d", executions=0, planned={}, incidents=injector.incidents)
     assert "incidents during faults: 1" in summary.render()
     assert summary.as_result().status == PASS, "incidents inform; the invariants decide"
+
+
+def test_the_soak_tallies_runs_repeats_and_absorbed_duplicates_from_the_ledger():
+    from chaos.soak import tally
+
+    entries = {"a:0": {"runs": 1, "duplicates": 0}, "a:1": {"runs": 3, "duplicates": 1}}
+    assert tally(entries, extra_writes=2) == {
+        "step_runs": 4,
+        "repeat_runs": 2,
+        "absorbed_duplicates": 1,
+        "extra_writes": 2,
+    }
+    summary = SoakSummary(seed=1, digest="d", executions=2, planned={}, figures={"step_runs": 4, "dlq_messages": 0})
+    assert "figures: step_runs=4, dlq_messages=0" in summary.render()

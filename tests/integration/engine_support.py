@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -153,12 +153,15 @@ class SpyQueue:
         self.sent: list[Sent] = []
         self.dead_letters: list[dict[str, Any]] = []
         self.visibility_changes: list[tuple[str, int]] = []
+        self.visibility_calls = 0  # ChangeMessageVisibility(Batch) requests made
         self.fail_sends = 0
         self.on_change_visibility: Callable[[str, int], None] | None = None
         self.visible_at: dict[str, float] = {}
         # What backlog() answers instead of SQS's figure (which is approximate, and may lag).
         self.backlog_says: int | None = None
         self.backlog_asked = 0
+        # What parked() answers instead of the dead-letter queue's own count.
+        self.parked_says: int | None = None
 
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
         if self.fail_sends:
@@ -185,8 +188,22 @@ class SpyQueue:
         self.backlog_asked += 1
         return self.inner.backlog() if self.backlog_says is None else self.backlog_says
 
+    def parked(self) -> int:
+        return self.inner.parked() if self.parked_says is None else self.parked_says
+
+    def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:
+        failed = self.inner.change_visibility_many(receipt_handles, timeout_seconds)
+        self.visibility_calls += 1
+        for receipt in receipt_handles:
+            if receipt not in failed:
+                self.visibility_changes.append((receipt, timeout_seconds))
+                if self.on_change_visibility is not None:
+                    self.on_change_visibility(receipt, timeout_seconds)
+        return list(failed)
+
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         self.inner.change_visibility(receipt_handle, timeout_seconds)
+        self.visibility_calls += 1
         self.visibility_changes.append((receipt_handle, timeout_seconds))
         if self.on_change_visibility is not None:
             self.on_change_visibility(receipt_handle, timeout_seconds)

@@ -69,6 +69,8 @@ def test_a_backlog_of_ten_leases_is_not_redriven_and_every_step_runs_once(rig, r
         postponed += report.postponed
     assert redriven == 0, "a message waiting in the queue was taken for a lost one"
     assert postponed >= EXECUTIONS and rig.driver.backlog() == EXECUTIONS, "the queue was not doubled"
+    # Each postponement waits as long as the message has waited: 2, 4, 8 leases, not every 2.
+    assert postponed <= 3 * EXECUTIONS, "the sweeper kept rewriting executions that only wait"
     rig.driver.pump(batch_size=10)
     assert [rig.status(f"b{i}") for i in range(EXECUTIONS)] == ["COMPLETED"] * EXECUTIONS
     for i in range(EXECUTIONS):
@@ -113,3 +115,47 @@ def test_the_sweeps_own_messages_are_not_a_backlog(rig):
     rig.clock.set(lapse + 1)
     report = rig.engine.sweep()
     assert (report.woken, report.redriven, report.postponed) == (10, 1, 0)
+
+
+def test_a_message_parked_in_the_dead_letter_queue_is_redriven_after_the_short_patience(rig, rec, probe, aws):
+    """SQS moved one execution's message to the DLQ after maxReceiveCount deliveries while
+    the others wait in a backlog. No backlog will deliver it, and the sweeper cannot tell
+    which execution it belongs to: with the DLQ holding messages it believes the backlog for
+    ``parked_patience_leases`` (not the 15 of a plain backlog), then re-drives."""
+    for i in range(EXECUTIONS):
+        rig.engine.start("two", {}, execution_id=f"p{i}")
+    messages = rig.driver.receive(10)
+    parked = messages[0]
+    aws["sqs"].send_message(QueueUrl=aws["DeadLetterQueue"], MessageBody=parked["Body"])
+    rig.driver.delete(parked)
+    for m in messages[1:]:
+        rig.driver.release(m)
+    victim = json.loads(parked["Body"])["execution_id"]
+    cfg = rig.engine.config
+    assert cfg.parked_patience_leases < cfg.backlog_patience_leases
+    started = rig.clock.now()
+    redriven_after = None
+    while redriven_after is None and rig.clock.now() - started < cfg.backlog_patience_leases * cfg.lease_seconds:
+        rig.clock.advance(60)
+        rig.engine.sweep()
+        if any(s.message.execution_id == victim and s.message.kind is MessageKind.REDRIVE for s in rig.queue.sent):
+            redriven_after = rig.clock.now() - started
+    assert redriven_after is not None, "the parked execution waited out the whole backlog patience"
+    assert redriven_after <= cfg.parked_patience_leases * cfg.lease_seconds + 60
+    rig.driver.pump(batch_size=10)
+    assert [rig.status(f"p{i}") for i in range(EXECUTIONS)] == ["COMPLETED"] * EXECUTIONS
+    assert all(rec.count(f"p{i}", k) == 1 for i in range(EXECUTIONS) for k in (0, 1)), "a step ran twice"
+    assert probe.overlaps == []
+
+
+def test_an_empty_dead_letter_queue_keeps_the_long_patience(rig):
+    """The short patience is the DLQ's doing: with it empty, a backlog is believed as before."""
+    for i in range(EXECUTIONS):
+        rig.engine.start("two", {}, execution_id=f"e{i}")
+    rig.queue.parked_says = 0
+    rig.clock.advance(3 * rig.engine.config.parked_patience_leases * rig.engine.config.lease_seconds)
+    report = rig.engine.sweep()
+    assert (report.redriven, report.postponed) == (0, EXECUTIONS)
+    rig.queue.parked_says = 1
+    rig.clock.set(max(rig.engine.get(f"e{i}").next_wake_at for i in range(EXECUTIONS)) + 1)
+    assert rig.engine.sweep().redriven == EXECUTIONS

@@ -61,6 +61,29 @@ def test_heartbeat_stops_extending_finished_messages(aws, make_engine, clock):
     assert {r for r, _ in rig.queue.visibility_changes} == {receipts["b"]}
 
 
+def test_a_beat_extends_the_whole_batch_in_one_request(aws, make_engine, clock):
+    """Ten pending records, one ChangeMessageVisibilityBatch a beat: a heartbeat of a second
+    on a batch of ten would otherwise cost ten requests a second while nine records wait."""
+    rig = build_rig(aws, make_engine, clock, Registry())
+    aws["sqs"].send_message_batch(
+        QueueUrl=aws["StepQueue"], Entries=[{"Id": str(i), "MessageBody": str(i)} for i in range(10)]
+    )
+    received = aws["sqs"].receive_message(QueueUrl=aws["StepQueue"], MaxNumberOfMessages=10)["Messages"]
+    receipts = {m["MessageId"]: m["ReceiptHandle"] for m in received}
+    assert len(receipts) == 10
+    beaten = threading.Event()
+    hb = Heartbeat(rig.queue, receipts, interval=0.01, extend_to=45, on_beat=lambda _: beaten.set())
+    with hb:
+        assert beaten.wait(timeout=10)
+    calls = rig.queue.visibility_calls
+    assert calls >= 1 and hb.beats == 10 * calls, "each request extended all ten"
+    assert {r for r, _ in rig.queue.visibility_changes} == set(receipts.values())
+    # A receipt SQS refuses (its message already deleted) is reported, the others extended.
+    aws["sqs"].delete_message(QueueUrl=aws["StepQueue"], ReceiptHandle=received[0]["ReceiptHandle"])
+    failed = rig.queue.inner.change_visibility_many(list(receipts.values()), 45)
+    assert failed == [received[0]["ReceiptHandle"]]
+
+
 def test_no_heartbeat_thread_without_an_interval(aws, make_engine, clock):
     rig = build_rig(aws, make_engine, clock, Registry())
     with Heartbeat(rig.queue, {"a": "r"}, interval=0, extend_to=30) as hb:
@@ -89,6 +112,11 @@ class SlowVisibility:
             self.entered.set()
             assert self.release.wait(timeout=30), "never released"
         self.note("end", receipt_handle)
+
+    def change_visibility_many(self, receipt_handles: list[str], timeout_seconds: int) -> list[str]:
+        for receipt in receipt_handles:
+            self.change_visibility(receipt, timeout_seconds)
+        return []
 
 
 def test_done_racing_a_beat_is_never_followed_by_an_extension_of_that_message():

@@ -131,3 +131,33 @@ def test_handlers_say_which_environment_variables_are_missing(fn: Functions, mon
         sweeper.handler(sample_event("schedule.json"), LambdaContext())
     answer = api.handler(sample_event("url_get_execution.json"), None)
     assert answer["statusCode"] == 500 and "LOOM_QUEUE_URL" in json.loads(answer["body"])["error"]["message"]
+
+
+def test_the_worker_builds_its_engine_at_init_not_in_its_first_invocation(fn: Functions) -> None:
+    import importlib
+
+    fn.use("WorkerFunction")
+    wiring.reset()
+    importlib.reload(worker)
+    assert wiring._cache, "the first batch would pay for the clients and the workflow imports"
+    built = next(iter(wiring._cache.values()))
+    assert wiring.engine() is built
+
+
+def test_warming_without_the_functions_environment_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOOM_TABLE_NAME", raising=False)
+    wiring.reset()
+    wiring.warm()
+    assert wiring._cache == {}
+
+
+def test_a_workflow_module_that_does_not_import_fails_the_first_invocation_not_the_init(
+    fn: Functions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fn.use("WorkerFunction")
+    monkeypatch.setenv("LOOM_WORKFLOW_MODULES", "workflows,no_such_module_here")
+    wiring.reset()
+    wiring.warm()  # at init: nothing raised, nothing cached
+    assert wiring._cache == {}
+    with pytest.raises(ImportError):
+        wiring.engine()

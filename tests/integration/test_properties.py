@@ -249,8 +249,14 @@ class ModelQueue:
     def change_visibility(self, receipt_handle: str, timeout_seconds: int) -> None:
         return None
 
+    def change_visibility_many(self, receipt_handles: list[str], timeout_seconds: int) -> list[str]:
+        return []
+
     def backlog(self) -> int:
         return len(self.visible())
+
+    def parked(self) -> int:
+        return len(self.dead)
 
     def visible(self) -> list[Envelope]:
         return [m for m in self.messages if m.visible_at <= self.clock.now()]

@@ -143,6 +143,16 @@ def test_postponed_state_takes_a_fresh_lease():
     assert run_is_covered(new, NOW + 99, CFG) and not run_is_covered(new, NOW + 100, CFG)
 
 
+def test_a_postponement_waits_as_long_as_the_message_has_waited_until_the_patience_ends():
+    sent = execution(next_wake_at=NOW - 1, updated_at=NOW - 500)
+    assert tr.postponed_state(sent, NOW, CFG).next_wake_at == NOW + 500  # waited 5 leases: 5 more
+    assert tr.postponed_state(sent, NOW, CFG, patience=800).next_wake_at == NOW + 300  # the patience ends
+    assert tr.postponed_state(sent, NOW, CFG, patience=550).next_wake_at == NOW + 200  # at least two leases
+    fresh = execution(next_wake_at=NOW - 1, updated_at=NOW - 150)
+    assert tr.postponed_state(fresh, NOW, CFG, patience=1500).next_wake_at == NOW + 200
+    assert tr.postponed_state(sent, NOW, CFG).updated_at == NOW - 500
+
+
 def test_redriven_state_starts_a_new_round_without_reusing_attempt_numbers():
     failed = execution(status=Status.FAILED, attempt=4, attempt_base=0, error={"x": 1}, next_wake_at=None)
     new = tr.redriven_state(failed, NOW, CFG)

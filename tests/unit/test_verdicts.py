@@ -11,10 +11,14 @@ from engine.sweeper import SweepAction, judge_lapsed
 from engine.verdicts import (
     GuardVerdict,
     MessageVerdict,
+    RecordVerdict,
     check_guard,
     check_message,
+    check_record,
     has_time,
     needs_guard,
+    record_reserve,
+    requeued,
     run_is_covered,
 )
 
@@ -150,3 +154,54 @@ def test_a_backlog_is_believed_only_for_so_many_leases_after_the_message_was_sen
     sent_at = NOW - patience
     assert judge_lapsed(ex(next_wake_at=NOW - 1, updated_at=sent_at + 1), 25, NOW, CFG) is SweepAction.POSTPONED
     assert judge_lapsed(ex(next_wake_at=NOW - 1, updated_at=sent_at), 25, NOW, CFG) is SweepAction.REDRIVE
+
+
+def test_a_backlog_is_believed_only_briefly_while_the_dead_letter_queue_holds_messages() -> None:
+    # SQS may have parked this execution's message: no backlog delivers it.
+    short = CFG.parked_patience_leases * CFG.lease_seconds
+    assert short < CFG.backlog_patience_leases * CFG.lease_seconds
+    waited = ex(next_wake_at=NOW - 1, updated_at=NOW - short)
+    assert judge_lapsed(waited, 25, NOW, CFG, parked=3) is SweepAction.REDRIVE
+    assert judge_lapsed(waited, 25, NOW, CFG, parked=0) is SweepAction.POSTPONED
+    fresh = ex(next_wake_at=NOW - 1, updated_at=NOW - short + 1)
+    assert judge_lapsed(fresh, 25, NOW, CFG, parked=3) is SweepAction.POSTPONED
+    # With no backlog the lapsed lease is a lost message whatever the DLQ holds.
+    assert judge_lapsed(fresh, 0, NOW, CFG, parked=3) is SweepAction.REDRIVE
+
+
+@pytest.mark.parametrize(
+    ("remaining", "first", "slowest", "verdict"),
+    [
+        (1.0, True, 9.0, RecordVerdict.START),  # the first record had the whole invocation
+        (60.0, False, 0.0, RecordVerdict.START),
+        (10.0, False, 0.0, RecordVerdict.START),  # exactly the reserve left (10 s of a 60 s budget)
+        (9.9, False, 0.0, RecordVerdict.HOLD_BACK),
+        (20.0, False, 10.0, RecordVerdict.START),  # the reserve plus the longest record so far
+        (19.9, False, 10.0, RecordVerdict.HOLD_BACK),
+        (None, False, 50.0, RecordVerdict.START),  # no deadline known: nothing to hold back
+    ],
+)
+def test_a_batch_record_starts_only_with_the_reserve_plus_the_slowest_record_left(
+    remaining: float | None, first: bool, slowest: float, verdict: RecordVerdict
+) -> None:
+    cfg = EngineConfig(chain_reserve_seconds=10.0, record_reserve_fraction=0.25)
+    assert check_record(remaining, first=first, budget=60.0, slowest=slowest, cfg=cfg) is verdict
+
+
+def test_the_record_reserve_is_a_share_of_a_short_invocation() -> None:
+    cfg = EngineConfig(chain_reserve_seconds=10.0, record_reserve_fraction=0.25)
+    assert record_reserve(60.0, cfg) == 10.0  # the chain reserve
+    assert record_reserve(10.0, cfg) == 2.5  # the chaos kit's 10 s worker: a quarter of it
+    assert check_record(3.0, first=False, budget=10.0, slowest=0.4, cfg=cfg) is RecordVerdict.START
+    assert check_record(2.8, first=False, budget=10.0, slowest=0.4, cfg=cfg) is RecordVerdict.HOLD_BACK
+    with pytest.raises(Exception, match="record_reserve_fraction"):
+        EngineConfig(record_reserve_fraction=1.0)
+
+
+def test_a_held_back_redelivery_keeps_its_guard_in_its_copy() -> None:
+    plain = StepMessage("e", 2, 1, MessageKind.STEP)
+    assert requeued(plain, redelivered=False) == plain
+    assert requeued(plain, redelivered=True) == StepMessage("e", 2, 1, MessageKind.REDRIVE)
+    assert requeued(plain, redelivered=True).needs_guard
+    wake = StepMessage("e", 2, 1, MessageKind.WAKE)
+    assert requeued(wake, redelivered=True) == wake

@@ -1,0 +1,82 @@
+"""The emulator's SQS fixes answer as moto does, without a pass over the queue per message."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.sqs import models
+
+from loom.local import moto_speed
+
+pytestmark = pytest.mark.unit
+
+
+class Counted:
+    """Counts how often moto builds a queue's attribute dict (three passes over its messages)."""
+
+    def __init__(self) -> None:
+        self.builds = 0
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Counted:
+    counter = Counted()
+    original = models.Queue.attributes
+
+    def attributes(self: models.Queue) -> dict:
+        counter.builds += 1
+        return original.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(models.Queue, "attributes", property(attributes))
+    return counter
+
+
+def make_queue(messages: int) -> tuple[object, str]:
+    sqs = boto3.client("sqs", region_name="us-east-1")
+    url = sqs.create_queue(QueueName="q", Attributes={"MessageRetentionPeriod": "60"})["QueueUrl"]
+    for _ in range(0, messages, 10):
+        sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(10)])
+    return sqs, url
+
+
+def answers(sqs: object, url: str) -> list[dict]:
+    names = [["All"], ["ApproximateNumberOfMessages"], ["VisibilityTimeout", "FifoQueue", "RedrivePolicy"]]
+    return [sqs.get_queue_attributes(QueueUrl=url, AttributeNames=n).get("Attributes", {}) for n in names]  # type: ignore[attr-defined]
+
+
+def test_a_receive_builds_no_attribute_dict_and_the_answers_are_moto_s(counted, monkeypatch) -> None:
+    with mock_aws():
+        sqs, url = make_queue(50)
+        before = answers(sqs, url)
+        counted.builds = 0
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)  # type: ignore[attr-defined]
+        assert counted.builds >= 10, "moto's own receive builds the dict once per message handed out"
+        monkeypatch.setattr(
+            models.SQSBackend,
+            "is_message_valid_based_on_retention_period",
+            moto_speed.is_message_valid_based_on_retention_period,
+        )
+        monkeypatch.setattr(models.SQSBackend, "get_queue_attributes", moto_speed.get_queue_attributes)
+        counted.builds = 0
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]  # type: ignore[attr-defined]
+        assert len(got) == 10 and counted.builds == 0
+        after = answers(sqs, url)
+        assert counted.builds == 3, "one build per GetQueueAttributes, not three per name"
+        assert after[1:] == [{"ApproximateNumberOfMessages": "30"}, before[2]]
+        assert after[0].keys() == before[0].keys()
+
+
+def test_a_message_past_its_retention_period_is_still_not_received(monkeypatch) -> None:
+    monkeypatch.setattr(
+        models.SQSBackend,
+        "is_message_valid_based_on_retention_period",
+        moto_speed.is_message_valid_based_on_retention_period,
+    )
+    with mock_aws():
+        make_queue(10)
+        backend = models.sqs_backends["123456789012"]["us-east-1"]
+        (message, *_) = backend.get_queue("q")._messages
+        assert backend.is_message_valid_based_on_retention_period("q", message)
+        message.sent_timestamp -= 61_000
+        assert not backend.is_message_valid_based_on_retention_period("q", message)
