@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from engine import compensation, control
+from engine import compensation
 from engine.errors import InvalidInput
 from engine.join import JoinRecord, JoinVerdict
 from engine.parts import Parts
@@ -65,13 +65,12 @@ def page(parts: Parts, execution_id: str, step: int, start: int = 0, count: int 
     return FanPage(join, start, tuple(found.get(i) for i in range(start, start + size)), nxt)
 
 
-def checked_page(parts: Parts, execution_id: str, step: int, start: int, count: int) -> FanPage:
-    """As ``page``, for a reader that named the step: ``ExecutionNotFound`` for an unknown
-    execution, ``InvalidInput`` for a step that is not a started fan-out."""
-    control.get(parts, execution_id)
-    found = page(parts, execution_id, step, start, count)
+def checked_page(parts: Parts, ex: Execution, step: int, start: int, count: int) -> FanPage:
+    """As ``page``, for a reader that named the step: ``InvalidInput`` for a step that is not
+    a started fan-out of this execution."""
+    found = page(parts, ex.id, step, start, count)
     if found is None:
-        raise InvalidInput(f"step {step} of execution {execution_id} is not a fan-out step that has started")
+        raise InvalidInput(f"step {step} of execution {ex.id} is not a fan-out step that has started")
     return found
 
 

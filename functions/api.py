@@ -69,6 +69,7 @@ from engine.errors import (
 )
 from engine.join import MAX_ITEMS
 from engine.log import get_logger
+from engine.parts import Parts
 from engine.workflow import WorkflowSpec
 from functions import views, waits_api, wiring
 from functions.http import FunctionUrlEvent, HttpError, Request, Router, error_response, response
@@ -167,12 +168,7 @@ def history(request: Request) -> dict[str, Any]:
         forward = sum(1 for s in steps if s["phase"] != "compensation")
         steps.insert(forward, views.open_step(opened))
         waiting = [p for p in waiting if p["index"] != opened.index]
-    for row in steps:
-        # Forward rows only: a fan-out step's compensation and catch rows are single steps.
-        if row["kind"] in fan_view.FAN_KINDS and row["phase"] == "forward":
-            found = fan_view.page(engine, execution_id, row["index"])
-            if found is not None:
-                row.update(views.fan_page(found))
+    _add_items(engine, execution_id, steps, spec)
     body = {
         "id": execution_id,
         "steps": steps,
@@ -184,13 +180,33 @@ def history(request: Request) -> dict[str, Any]:
     return response(200, body)
 
 
+def _add_items(engine: Parts, execution_id: str, steps: list[dict[str, Any]], spec: WorkflowSpec | None) -> None:
+    """Each forward parallel/map row gets its first page of items. A fan-out step's
+    compensation and catch rows are single steps."""
+    for row in steps:
+        if row["kind"] in fan_view.FAN_KINDS and row["phase"] == "forward":
+            found = fan_view.page(engine, execution_id, row["index"])
+            if found is not None:
+                row.update(views.fan_page(found, _branch_names(spec, row["index"])))
+
+
+def _branch_names(spec: WorkflowSpec | None, index: int) -> list[str]:
+    """A parallel's branch names, which name its items; none for a map (its items are numbered)."""
+    if spec is None or not 0 <= index < len(spec.steps):
+        return []
+    step = spec.describe()["steps"][index]
+    return [b["name"] for b in step.get("branches", [])] if step.get("kind") == "parallel" else []
+
+
 def _items_page(request: Request, execution_id: str) -> dict[str, Any]:
     """``?step=N&items_from=K&items_limit=L``: one more page of a fan-out step's items."""
     step = _int_param(request, "step", 0, 0, 10_000)
     start = _int_param(request, "items_from", 0, 0, MAX_ITEMS)
     count = _int_param(request, "items_limit", fan_view.PAGE, 1, fan_view.MAX_PAGE)
-    found = fan_view.checked_page(wiring.engine(), execution_id, step, start, count)
-    return {"id": execution_id, "step": step, **views.fan_page(found)}
+    engine = wiring.engine()
+    ex = engine.get(execution_id)
+    found = fan_view.checked_page(engine, ex, step, start, count)
+    return {"id": execution_id, "step": step, **views.fan_page(found, _branch_names(_spec(ex.workflow), step))}
 
 
 def list_executions(request: Request) -> dict[str, Any]:

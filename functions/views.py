@@ -106,12 +106,15 @@ def step(record: StepRecord, kinds: list[str] | None = None) -> dict[str, Any]:
     }
 
 
-def fan_item(record: StepRecord | None, index: int, unstarted: str) -> dict[str, Any]:
-    """One item of a fan-out step; an item with no record yet is ``unstarted`` with no attempts."""
+def fan_item(record: StepRecord | None, index: int, unstarted: str, name: str | None = None) -> dict[str, Any]:
+    """One item of a fan-out step; an item with no record yet is ``unstarted`` with no attempts.
+    ``name``: a parallel's branch name."""
+    named = {} if name is None else {"name": name}
     if record is None:
-        return {"index": index, "status": unstarted, "attempts": [], "duration_seconds": None}
+        return {"index": index, **named, "status": unstarted, "attempts": [], "duration_seconds": None}
     return {
         "index": index,
+        **named,
         "status": record.status.value,
         "attempts": [attempt(a) for a in record.attempts],
         "result": record.result,
@@ -137,11 +140,19 @@ def open_step(found: OpenStep) -> dict[str, Any]:
     }
 
 
-def fan_page(found: FanPage) -> dict[str, Any]:
-    """A page of a fan-out step's items, its next page's ``items_from`` and the join's counts."""
-    join = found.join
+def fan_page(found: FanPage, names: list[str] | None = None) -> dict[str, Any]:
+    """A page of a fan-out step's items, its next page's ``items_from`` and the join's counts;
+    ``names``: a parallel's branch names, by item index."""
+    join, names = found.join, names or []
+
+    def name(idx: int) -> str | None:
+        return names[idx] if idx < len(names) else None
+
     return {
-        "items": [fan_item(r, found.start + i, found.unstarted.value) for i, r in enumerate(found.records)],
+        "items": [
+            fan_item(r, found.start + i, found.unstarted.value, name(found.start + i))
+            for i, r in enumerate(found.records)
+        ],
         "items_next": found.next,
         "n": join.n,
         "ok": join.ok,

@@ -82,6 +82,24 @@ def test_a_running_maps_items_so_far_hang_on_its_pending_row(fn: Functions, monk
     assert [i["status"] for i in prices["items"]] == ["COMPLETED"] * 2 + ["PENDING"] * 6
     assert prices["items"][2] == {"index": 2, "status": "PENDING", "attempts": [], "duration_seconds": None}
     assert body["pending"] == [{"index": 1, "name": "total", "kind": "step"}], "the map is not pending too"
+    assert fn.api("POST", "/executions/m2/cancel")[0] == 200
+    cancelled = fn.api("GET", "/executions/m2/history")[1]["steps"][0]
+    assert cancelled["status"] == "CANCELLED" and cancelled["finished_at"] is not None
+    assert [i["status"] for i in cancelled["items"]][:3] == ["COMPLETED", "COMPLETED", "PENDING"]
+
+
+def test_a_parallels_items_are_named_after_its_branches(fn: Functions) -> None:
+    payload = {"workflow": "order_parallel", "input": {"sku": "k", "amount": 5, "courier": "c"}, "execution_id": "p1"}
+    assert fn.api("POST", "/executions", payload)[0] == 201
+    fn.drain()
+    reserve = fn.api("GET", "/executions/p1/history")[1]["steps"][0]
+    assert (reserve["kind"], reserve["status"], reserve["n"], reserve["ok"]) == ("parallel", "COMPLETED", 2, 2)
+    assert [(i["index"], i["name"], i["status"]) for i in reserve["items"]] == [
+        (0, "reserve_stock", "COMPLETED"),
+        (1, "authorize_card", "COMPLETED"),
+    ]
+    page = fn.api("GET", "/executions/p1/history?step=0&items_from=1")[1]
+    assert [(i["index"], i["name"]) for i in page["items"]] == [(1, "authorize_card")]
 
 
 def test_items_page_in_index_order_past_the_first_fifty(fn: Functions, monkeypatch: pytest.MonkeyPatch) -> None:

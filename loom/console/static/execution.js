@@ -104,7 +104,7 @@
       const start = item.started_at_epoch ?? step.started_at_epoch ?? null;
       const end = item.finished_at_epoch ?? (start !== null && item.duration_seconds != null ? start + item.duration_seconds : null);
       return stepRow(
-        { index: `${step.index}.${item.index}`, name: `item ${item.index}`, status: item.status, attempts: item.attempts || [],
+        { index: `${step.index}.${item.index}`, name: item.name || `item ${item.index}`, status: item.status, attempts: item.attempts || [],
           started_at_epoch: start, finished_at_epoch: end, duration_seconds: item.duration_seconds, result: item.result, error: item.error },
         String(item.status || "pending").toLowerCase(), span, { nested: "nested" });
     });
