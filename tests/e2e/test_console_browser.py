@@ -356,6 +356,23 @@ def test_a_maps_items_are_nested_rows_and_its_branches_are_drawn(browser: Any, s
     shot(browser, "workflows-fanout")
 
 
+def test_more_items_loads_a_maps_next_page(browser: Any, stack: LocalStack) -> None:
+    lines = [{"sku": f"s{i}", "qty": 1, "unit_price": 1} for i in range(53)]
+    ex_id = start(stack.api, "price_lines", {"lines": lines})
+    wait_status(stack.api, ex_id, "COMPLETED", timeout=120)
+    open_page(browser, stack, f"/executions/{ex_id}")
+
+    def items(d: Any) -> list[str]:
+        return [r.text.split()[0] for r in d.find_elements("css selector", "#timeline tr.nested") if r.text[:2] == "0."]
+
+    wait_until(browser, "the first page of items", lambda d: len(items(d)) == 50)
+    button = browser.find_element("xpath", "//button[contains(., 'more items (from 50)')]")
+    button.click()
+    wait_until(browser, "the next page of items", lambda d: len(items(d)) == 53)
+    assert items(browser) == [f"0.{i}" for i in range(53)]
+    assert not browser.find_elements("xpath", "//button[contains(., 'more items')]"), "the last page has no button"
+
+
 def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: Any, stack: LocalStack) -> None:
     open_page(browser, stack, "/local")
     button = wait_until(
