@@ -1,17 +1,21 @@
 """How a fan-out step describes itself (GET /workflows, the console's Workflows page), its
-kind in the history (engine/progress.py), and the item pages' bounds (engine/fan_view.py)."""
+kind in the history (engine/progress.py), the item pages' bounds and the row of a fan-out
+with no record of its own (engine/fan_view.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from engine import progress
 from engine.errors import InvalidInput
-from engine.fan_view import page_bounds
+from engine.fan_view import open_status, page_bounds, unrecorded
 from engine.fanout_spec import map, parallel
+from engine.join import JoinRecord, JoinVerdict
 from engine.retry import RetryPolicy
+from engine.state import Execution, Status, StepRecord, StepStatus
 from engine.workflow import build_spec, child, step
 
 UNDO = RetryPolicy(max_attempts=5, base=1, max_delay=30)
@@ -114,3 +118,22 @@ def test_a_bad_page_is_refused() -> None:
     for start, count in ((-1, 5), (0, 0)):
         with pytest.raises(InvalidInput):
             page_bounds(5, start, count)
+
+
+def _ex(status: Status, step_at: int = 0) -> Execution:
+    return Execution("e1", "prices", status, step_at, 1, {}, {}, 100.0, 100.0)
+
+
+def test_which_fanout_gets_a_row_of_its_own_and_its_status() -> None:
+    spec = build_spec("prices", [map(items=lines, run=price, name="prices"), price])
+    done = StepRecord("e1", 0, "prices", StepStatus.COMPLETED, started_at=100.0, finished_at=101.0)
+    assert unrecorded(_ex(Status.RUNNING), [], spec) == (0, "prices", "map")
+    assert unrecorded(_ex(Status.RUNNING), [done], spec) is None, "a joined map has its record"
+    assert unrecorded(_ex(Status.RUNNING, 1), [done], spec) is None, "not at a fan-out step"
+    assert unrecorded(_ex(Status.COMPENSATING), [], spec) is None
+    assert unrecorded(_ex(Status.RUNNING), [], None) is None, "a workflow not deployed here"
+    join = JoinRecord("e1", 0, 3, 1, 2)
+    assert open_status(_ex(Status.RUNNING), join) == "RUNNING"
+    assert open_status(_ex(Status.RUNNING), replace(join, decided=JoinVerdict.FAIL.value)) == "FAILED"
+    assert open_status(_ex(Status.FAILED), join) == "FAILED"
+    assert open_status(_ex(Status.CANCELLED), join) == "CANCELLED"
