@@ -16,7 +16,18 @@ from typing import Any
 from engine.errors import WorkflowDefinitionError
 from engine.join import CompletionPolicy
 from engine.retry import RetryPolicy
-from engine.workflow import NAME_RE, WAIT_SPECS, ChildSpec, SleepSpec, StepContext, StepFn, StepSpec, child
+from engine.workflow import (
+    NAME_RE,
+    WAIT_SPECS,
+    ChildSpec,
+    SleepSpec,
+    StepContext,
+    StepFn,
+    StepSpec,
+    WorkflowSpec,
+    child,
+    describe_retry,
+)
 
 ItemsFn = Callable[[StepContext], Any]
 
@@ -59,6 +70,56 @@ class FanoutSpec(StepSpec):
     @property
     def compensates_items(self) -> bool:
         return any(b.compensate is not None for b in self.branches)
+
+    def describe_fan(self, spec: WorkflowSpec) -> dict[str, Any]:
+        """Kind, window, completion policy and each branch (or the one ``run`` of a map) with its
+        retry policy and compensation: what the console's Workflows page draws."""
+        out: dict[str, Any] = {
+            "kind": self.kind.value,
+            "max_concurrency": self.max_concurrency,
+            "completion": describe_policy(self.policy),
+            "retry": describe_retry(spec.policy_for(self)),
+            "branches": [_describe_branch(self, spec, i) for i in range(len(self.branches))],
+        }
+        if self.kind is FanKind.MAP and self.items is not None:
+            out["items"] = _fn_name(self.items)
+        if self.compensates_items:
+            out["compensate"] = "each committed item's own compensation"
+        if self.catch is not None:
+            out["catch"] = _fn_name(self.catch)
+        return out
+
+
+def _fn_name(fn: Any) -> str:
+    return str(getattr(fn, "__name__", repr(fn)))
+
+
+def describe_policy(policy: CompletionPolicy) -> dict[str, Any]:
+    """The completion policy's numbers; ``all`` when every item must succeed."""
+    return {
+        "min_successful": policy.min_successful,
+        "tolerated_failures": policy.tolerated_failures,
+        "tolerated_failure_percentage": policy.tolerated_failure_percentage,
+        "all": policy.min_successful is None
+        and policy.tolerated_failures is None
+        and policy.tolerated_failure_percentage is None,
+    }
+
+
+def _describe_branch(st: FanoutSpec, spec: WorkflowSpec, idx: int) -> dict[str, Any]:
+    branch = st.branches[idx]
+    out: dict[str, Any] = {
+        "index": idx,
+        "name": branch.name,
+        "kind": "child" if isinstance(branch, ChildSpec) else "step",
+        "retry": describe_retry(st.item_policy(idx, spec.retry)),
+    }
+    if isinstance(branch, ChildSpec):
+        out["workflow"] = branch.workflow
+    if branch.compensate is not None:
+        out["compensate"] = _fn_name(branch.compensate)
+        out["compensate_retry"] = describe_retry(spec.compensation_policy_for(branch))
+    return out
 
 
 def _item_input(ctx: StepContext) -> dict[str, Any]:

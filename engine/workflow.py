@@ -105,6 +105,10 @@ class StepSpec:
     def is_sleep(self) -> bool:
         return False
 
+    def describe_fan(self, spec: WorkflowSpec) -> dict[str, Any] | None:
+        """A fan-out step's own description (engine/fanout_spec.py); None for any other step."""
+        return None
+
 
 @dataclass(frozen=True)
 class SleepSpec:
@@ -400,6 +404,9 @@ _KINDS = {CallbackSpec: "callback", SignalSpec: "signal", PollSpec: "poll", Chil
 def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
     if isinstance(s, SleepSpec):
         return {"index": i, "name": s.name, "kind": "sleep", "seconds": s.seconds}
+    fan = s.describe_fan(spec)
+    if fan is not None:
+        return {"index": i, "name": s.name, **fan}
     kind = _KINDS.get(type(s))
     if kind is None:
         out: dict[str, Any] = {

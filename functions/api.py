@@ -6,6 +6,10 @@
 | GET  /executions?status&workflow&limit&cursor | 200 newest first, ``next_cursor``    |
 | GET  /executions/{id}                | 200, 404                                       |
 | GET  /executions/{id}/history        | 200, 404                                       |
+| GET  /executions/{id}/history?step=N&items_from=K&items_limit=L | 200: one page of fan-out |
+|                                      | step N's items (L default 50, at most 500), its |
+|                                      | ``items_next`` and the join's counts; 400 when  |
+|                                      | step N is not a started parallel/map; 404       |
 | POST /executions/{id}/cancel         | 200, 404, 409 when already terminal; body      |
 |                                      | {"compensate": true} undoes a saga's steps     |
 | POST /executions/{id}/redrive        | 200 a new round of attempts, 404, 409 unless FAILED |
@@ -29,6 +33,16 @@ Reading aids (engine/progress.py; the CLI's history and the console draw from th
 |                          |                      | in order; empty once terminal or compensating         |
 | .../history              | ``events``           | ``[{kind, at, at_epoch, ...}]``: started, cancelled   |
 |                          |                      | (``compensate``), and the end (``error``: one line)   |
+| .../history steps[]      | ``items``            | a started parallel/map step's first 50 items in index |
+|                          |                      | order: ``{index, status, attempts, result, error,     |
+|                          |                      | duration_seconds, started_at, finished_at}``; an item |
+|                          |                      | with no record yet is PENDING (NOT_STARTED once the   |
+|                          |                      | join decided); ``items_next``: the next page's        |
+|                          |                      | ``items_from`` or null; ``n``, ``ok``, ``failed``,    |
+|                          |                      | ``decided``: the join's counts (engine/fan_view.py).  |
+|                          |                      | Until it joins with success a fan-out step has no     |
+|                          |                      | record: its row (status RUNNING, FAILED or CANCELLED, |
+|                          |                      | no attempts) is made from the join, not pending       |
 | both                     | ``state.step``       | the step it is at; null once terminal                 |
 | both                     | ``read_at``          | the control plane's clock when it answered (+ epoch)  |
 
@@ -41,7 +55,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import children, control, dead_letters, progress
+from engine import children, control, dead_letters, fan_view, progress
 from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
@@ -53,7 +67,9 @@ from engine.errors import (
     TransientError,
     UnknownWorkflow,
 )
+from engine.join import MAX_ITEMS
 from engine.log import get_logger
+from engine.parts import Parts
 from engine.workflow import WorkflowSpec
 from functions import views, waits_api, wiring
 from functions.http import FunctionUrlEvent, HttpError, Request, Router, error_response, response
@@ -130,23 +146,67 @@ def status(request: Request) -> dict[str, Any]:
     return response(200, body | views.read_at(now))
 
 
+HISTORY_PARAMS = frozenset({"step", "items_from", "items_limit"})
+
+
 def history(request: Request) -> dict[str, Any]:
-    _only(request, frozenset())
+    _only(request, HISTORY_PARAMS)
     execution_id = request.params["id"]
     engine = wiring.engine()
+    if request.query.get("step") not in (None, ""):
+        return response(200, _items_page(request, execution_id))
+    if any(request.query.get(k) not in (None, "") for k in ("items_from", "items_limit")):
+        raise InvalidInput("items_from and items_limit page one fan-out step: name it with step=N")
     ex, records = control.timeline(engine, execution_id)
     spec = _spec(ex.workflow)
     kinds = progress.step_kinds(spec)
     now = engine.clock.now()
+    steps = [views.step(r, kinds) for r in records]
+    waiting = views.pending(progress.pending(ex, records, spec))
+    opened = fan_view.open_step(engine, ex, records, spec)
+    if opened is not None:  # a running, failed or cancelled fan-out: a row of its own, not pending
+        forward = sum(1 for s in steps if s["phase"] != "compensation")
+        steps.insert(forward, views.open_step(opened))
+        waiting = [p for p in waiting if p["index"] != opened.index]
+    _add_items(engine, execution_id, steps, spec)
     body = {
         "id": execution_id,
-        "steps": [views.step(r, kinds) for r in records],
-        "pending": views.pending(progress.pending(ex, records, spec)),
+        "steps": steps,
+        "pending": waiting,
         "state": views.state(progress.state(ex, spec, now)),
         "events": [views.event(e) for e in progress.events(ex, records)],
         **views.read_at(now),
     }
     return response(200, body)
+
+
+def _add_items(engine: Parts, execution_id: str, steps: list[dict[str, Any]], spec: WorkflowSpec | None) -> None:
+    """Each forward parallel/map row gets its first page of items. A fan-out step's
+    compensation and catch rows are single steps."""
+    for row in steps:
+        if row["kind"] in fan_view.FAN_KINDS and row["phase"] == "forward":
+            found = fan_view.page(engine, execution_id, row["index"])
+            if found is not None:
+                row.update(views.fan_page(found, _branch_names(spec, row["index"])))
+
+
+def _branch_names(spec: WorkflowSpec | None, index: int) -> list[str]:
+    """A parallel's branch names, which name its items; none for a map (its items are numbered)."""
+    if spec is None or not 0 <= index < len(spec.steps):
+        return []
+    step = spec.describe()["steps"][index]
+    return [b["name"] for b in step.get("branches", [])] if step.get("kind") == "parallel" else []
+
+
+def _items_page(request: Request, execution_id: str) -> dict[str, Any]:
+    """``?step=N&items_from=K&items_limit=L``: one more page of a fan-out step's items."""
+    step = _int_param(request, "step", 0, 0, 10_000)
+    start = _int_param(request, "items_from", 0, 0, MAX_ITEMS)
+    count = _int_param(request, "items_limit", fan_view.PAGE, 1, fan_view.MAX_PAGE)
+    engine = wiring.engine()
+    ex = engine.get(execution_id)
+    found = fan_view.checked_page(engine, ex, step, start, count)
+    return {"id": execution_id, "step": step, **views.fan_page(found, _branch_names(_spec(ex.workflow), step))}
 
 
 def list_executions(request: Request) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from engine import compensation, progress
 from engine.dead_letters import DeadLetter, RedriveResult
+from engine.fan_view import FanPage, OpenStep
 from engine.state import Attempt, Execution, StepRecord
 
 
@@ -102,6 +103,61 @@ def step(record: StepRecord, kinds: list[str] | None = None) -> dict[str, Any]:
         "error": record.error,
         "duration_seconds": _duration(record.started_at, record.finished_at),
         **_times(started_at=record.started_at, finished_at=record.finished_at),
+    }
+
+
+def fan_item(record: StepRecord | None, index: int, unstarted: str, name: str | None = None) -> dict[str, Any]:
+    """One item of a fan-out step; an item with no record yet is ``unstarted`` with no attempts.
+    ``name``: a parallel's branch name."""
+    named = {} if name is None else {"name": name}
+    if record is None:
+        return {"index": index, **named, "status": unstarted, "attempts": [], "duration_seconds": None}
+    return {
+        "index": index,
+        **named,
+        "status": record.status.value,
+        "attempts": [attempt(a) for a in record.attempts],
+        "result": record.result,
+        "error": record.error,
+        "duration_seconds": _duration(record.started_at, record.finished_at),
+        **_times(started_at=record.started_at, finished_at=record.finished_at),
+    }
+
+
+def open_step(found: OpenStep) -> dict[str, Any]:
+    """A fan-out step's row before (or without) its own record: the shape of ``step``."""
+    return {
+        "index": found.index,
+        "name": found.name,
+        "kind": found.kind,
+        "phase": "forward",
+        "status": found.status,
+        "attempts": [],
+        "result": None,
+        "error": found.error,
+        "duration_seconds": _duration(found.started_at, found.finished_at),
+        **_times(started_at=found.started_at, finished_at=found.finished_at),
+    }
+
+
+def fan_page(found: FanPage, names: list[str] | None = None) -> dict[str, Any]:
+    """A page of a fan-out step's items, its next page's ``items_from`` and the join's counts;
+    ``names``: a parallel's branch names, by item index."""
+    join, names = found.join, names or []
+
+    def name(idx: int) -> str | None:
+        return names[idx] if idx < len(names) else None
+
+    return {
+        "items": [
+            fan_item(r, found.start + i, found.unstarted.value, name(found.start + i))
+            for i, r in enumerate(found.records)
+        ],
+        "items_next": found.next,
+        "n": join.n,
+        "ok": join.ok,
+        "failed": join.failed,
+        "decided": join.decided,
     }
 
 

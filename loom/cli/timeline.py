@@ -99,19 +99,24 @@ def item_lines(step: dict[str, Any]) -> list[str]:
     """A map's or parallel's items (``items`` in the history, when the step has them), nested."""
     items = [i for i in step.get("items") or [] if isinstance(i, dict)]
     lines = []
+    if isinstance(step.get("n"), int) and "items" in step:
+        decided = f"; join {str(step['decided']).lower()}" if step.get("decided") else ""
+        lines.append(f"items: {step.get('ok')} succeeded, {step.get('failed')} failed of {step['n']}{decided}")
     for item in items[:MAX_ITEMS]:
         tries = len(item.get("attempts") or [])
         took = duration(item.get("duration_seconds"))
-        text = f"item {item.get('index')}: {item.get('status', '?')}, {tries} attempt(s), {took}"
+        named = f" {item['name']}" if item.get("name") else ""  # a parallel's branch
+        text = f"item {item.get('index')}{named}: {item.get('status', '?')}, {tries} attempt(s), {took}"
         errors = [
             a["error"] for a in item.get("attempts") or [] if isinstance(a, dict) and isinstance(a.get("error"), dict)
         ]
         lines.append(text + (f": {one_line(errors[-1])}" if errors else ""))
     more = len(items) - MAX_ITEMS
     if more > 0:
-        lines.append(f"... and {more} more item(s) (`loom history --json` has them all)")
-    if step.get("items_next"):
-        lines.append("... more items on the API's next page (items_next)")
+        lines.append(f"... and {more} more item(s) (`loom history --json` has the whole page)")
+    nxt = step.get("items_next")
+    if nxt is not None:
+        lines.append(f"... more items from {nxt} (items_next: history?step={step.get('index')}&items_from={nxt})")
     return lines
 
 

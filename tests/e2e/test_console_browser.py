@@ -330,6 +330,49 @@ def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
     wait_until(browser, "the redrive summary", lambda d: "redrive:" in text(d, "status"))
 
 
+def test_a_maps_items_are_nested_rows_and_its_branches_are_drawn(browser: Any, stack: LocalStack) -> None:
+    lines = [{"sku": f"s{i}", "qty": 1, "unit_price": i + 1} for i in range(7)]
+    ex_id = start(stack.api, "price_lines", {"lines": lines})
+    wait_status(stack.api, ex_id, "COMPLETED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(
+        browser, "the map's item rows", lambda d: len(d.find_elements("css selector", "#timeline tr.nested")) >= 8
+    )
+    # Non-empty: the folded attempts tables inside the rows have hidden rows of their own.
+    rows = [r.text for r in browser.find_elements("css selector", "#timeline tbody tr") if r.text]
+    at = next(i for i, r in enumerate(rows) if r.startswith("0 prices [map]"))
+    assert rows[at + 1].startswith("items") and "7 succeeded, 0 failed of 7" in rows[at + 1]
+    assert [r.split()[:3] for r in rows[at + 2 : at + 9]] == [[f"0.{i}", "item", str(i)] for i in range(7)]
+    assert rows[at + 9].startswith("1 total"), "the next step follows the items"
+    shot(browser, "execution-map-items")
+    open_page(browser, stack, "/workflows")
+    wait_until(browser, "the fan-out workflows", lambda d: d.find_elements("id", "wf-price_lines"))
+    drawn = text(browser, "wf-price_lines")
+    assert "map" in drawn and "once per item of order_lines" in drawn and "at most 5 at once" in drawn
+    assert "every item must succeed" in drawn and "price_line" in drawn
+    branches = browser.find_elements("css selector", "#wf-order_parallel ol.branches > li")
+    assert [b.text.split("\n")[0] for b in branches] == ["step reserve_stock", "step authorize_card"]
+    assert "compensated by release_stock" in branches[0].text
+    shot(browser, "workflows-fanout")
+
+
+def test_more_items_loads_a_maps_next_page(browser: Any, stack: LocalStack) -> None:
+    lines = [{"sku": f"s{i}", "qty": 1, "unit_price": 1} for i in range(53)]
+    ex_id = start(stack.api, "price_lines", {"lines": lines})
+    wait_status(stack.api, ex_id, "COMPLETED", timeout=120)
+    open_page(browser, stack, f"/executions/{ex_id}")
+
+    def items(d: Any) -> list[str]:
+        return [r.text.split()[0] for r in d.find_elements("css selector", "#timeline tr.nested") if r.text[:2] == "0."]
+
+    wait_until(browser, "the first page of items", lambda d: len(items(d)) == 50)
+    button = browser.find_element("xpath", "//button[contains(., 'more items (from 50)')]")
+    button.click()
+    wait_until(browser, "the next page of items", lambda d: len(items(d)) == 53)
+    assert items(browser) == [f"0.{i}" for i in range(53)]
+    assert not browser.find_elements("xpath", "//button[contains(., 'more items')]"), "the last page has no button"
+
+
 def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: Any, stack: LocalStack) -> None:
     open_page(browser, stack, "/local")
     button = wait_until(

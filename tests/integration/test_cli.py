@@ -252,3 +252,22 @@ def test_an_unreachable_control_plane_is_a_clear_error(stack: dict[str, Any], ca
     stackfile.write({"control_plane_url": "http://127.0.0.1:9", "region": REGION, "control_plane_credentials": creds})
     code, out, err = loom(capsys, "list", "--timeout", "5")
     assert code == 1 and out == "" and "cannot reach the control plane at http://127.0.0.1:9" in err
+
+
+def test_history_of_a_map_nests_its_items_from_the_real_api(
+    stack: dict[str, Any], capsys: pytest.CaptureFixture
+) -> None:
+    lines = [{"sku": f"s{i}", "qty": 2, "unit_price": 1.25} for i in range(3)]
+    code, _, _ = loom(capsys, "start", "price_lines", "--input", json.dumps({"lines": lines}), "--id", "cli-map")
+    assert code == 0
+    stack["fn"].drain()
+    code, out, _ = loom(capsys, "history", "cli-map")
+    text = out.splitlines()
+    assert code == 0 and text[0] == "cli-map  COMPLETED  completed"
+    at = next(i for i, line in enumerate(text) if line.split()[:4] == ["0", "prices", "map", "COMPLETED"])
+    nested = [line.strip() for line in text[at + 1 : at + 5]]
+    assert nested[0] == "items: 3 succeeded, 0 failed of 3; join succeeded"
+    assert [n.split(",")[:2] for n in nested[1:]] == [[f"item {i}: COMPLETED", " 1 attempt(s)"] for i in range(3)]
+    assert text[at + 5].split()[:4] == ["1", "total", "step", "COMPLETED"]
+    code, out, _ = loom(capsys, "history", "cli-map", "--json")
+    assert [i["result"]["price"] for i in json.loads(out)["steps"][0]["items"]] == [2.5, 2.5, 2.5]

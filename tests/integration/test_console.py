@@ -241,6 +241,17 @@ def test_the_proxy_signs_what_the_local_verifier_accepts(console: ConsoleServer,
     assert upstream.seen[-1]["allowed"] and upstream.seen[-1]["path"] == "/executions/a%2Fb/signals/ok"
 
 
+def test_a_fanout_steps_next_item_page_goes_through_the_proxy_with_its_query(
+    console: ConsoleServer, upstream: Upstream
+) -> None:
+    # The execution page's "more items" button (execution.js moreItems) asks this.
+    status, _, _ = call(console, "GET", "/api/executions/m1/history?step=0&items_from=50")
+    assert status == 200
+    seen = upstream.seen[-1]
+    assert seen["allowed"] and seen["path"].startswith("/executions/m1/history?")
+    assert "step=0" in seen["path"] and "items_from=50" in seen["path"]
+
+
 def test_a_console_signing_with_the_wrong_key_gets_no_data(upstream: Upstream, tmp_path: Path) -> None:
     wrong = new_principal()
     for creds in (wrong.credentials(), Principal(upstream.principal.access_key, "not-the-secret", "u").credentials()):

@@ -45,3 +45,17 @@ def test_workflows_report_retry_policies_and_wait_settings(fn: Functions) -> Non
     assert child["workflow"] in by_name
     saga = [s for s in by_name["order_saga"]["steps"] if s.get("compensate")]
     assert saga and all("compensate_retry" in s for s in saga)
+
+
+def test_workflows_report_fanout_steps_with_their_branches(fn: Functions) -> None:
+    by_name = {w["name"]: w for w in fn.api("GET", "/workflows")[1]["workflows"]}
+    reserve = by_name["order_parallel"]["steps"][0]
+    assert (reserve["kind"], reserve["max_concurrency"], reserve["completion"]["all"]) == ("parallel", 2, True)
+    assert [(b["name"], b["compensate"]) for b in reserve["branches"]] == [
+        ("reserve_stock", "release_stock"),
+        ("authorize_card", "void_authorization"),
+    ]
+    assert reserve["compensate"] == "each committed item's own compensation"
+    prices = by_name["price_lines"]["steps"][0]
+    assert (prices["kind"], prices["items"], prices["max_concurrency"]) == ("map", "order_lines", 5)
+    assert [b["name"] for b in prices["branches"]] == ["price_line"] and "compensate" not in prices

@@ -9,6 +9,7 @@
   let latest = null;
   let specs = null;
   const opened = new Set();
+  const morePages = new Map();  // step index -> {items, next}: the item pages the reader asked for
 
   $("ex-id").append(id, " ", copyButton(id, "execution id"));
 
@@ -94,16 +95,35 @@
   }
 
   // Map items (and parallel branches) as nested rows; an item without its own times is drawn
-  // from its step's start for its duration.
+  // from its step's start for its duration. Later pages come from ?step=N&items_from=K.
   function itemRows(step, span) {
-    return (step.items || []).map((item) => {
+    const extra = morePages.get(step.index);
+    const items = (step.items || []).concat(extra ? extra.items.filter((i) => i.index >= (step.items || []).length) : []);
+    const next = extra ? extra.next : step.items_next;
+    const rows = items.map((item) => {
       const start = item.started_at_epoch ?? step.started_at_epoch ?? null;
       const end = item.finished_at_epoch ?? (start !== null && item.duration_seconds != null ? start + item.duration_seconds : null);
       return stepRow(
-        { index: `${step.index}.${item.index}`, name: `item ${item.index}`, status: item.status, attempts: item.attempts || [],
+        { index: `${step.index}.${item.index}`, name: item.name || `item ${item.index}`, status: item.status, attempts: item.attempts || [],
           started_at_epoch: start, finished_at_epoch: end, duration_seconds: item.duration_seconds, result: item.result, error: item.error },
         String(item.status || "pending").toLowerCase(), span, { nested: "nested" });
     });
+    if (step.n != null && step.items) {
+      const counts = `${step.ok} succeeded, ${step.failed} failed of ${step.n}${step.decided ? `; join ${step.decided.toLowerCase()}` : ""}`;
+      rows.unshift(h("tr", { class: "nested", "data-state": "items" }, h("td", {}, "items"), h("td", { colspan: "5", class: "muted" }, counts)));
+    }
+    if (next != null) {
+      const button = h("button", { type: "button" }, `more items (from ${next})`);
+      button.addEventListener("click", () => moreItems(step.index, items, next).catch(fail));
+      rows.push(h("tr", { class: "nested" }, h("td", {}, ""), h("td", { colspan: "5" }, button)));
+    }
+    return rows;
+  }
+
+  async function moreItems(index, have, from) {
+    const page = await api("GET", `/api/executions/${encodeURIComponent(id)}/history?step=${index}&items_from=${from}`);
+    morePages.set(index, { items: have.concat(page.items), next: page.items_next });
+    await load();
   }
 
   function plainRow(label, kind, text, start, end, span, nested, detail) {

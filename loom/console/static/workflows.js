@@ -11,6 +11,17 @@
     return `up to ${policy.max_attempts} attempts, ${duration(policy.base)} ×${policy.rate} capped at ${duration(policy.max_delay)}, jitter ${policy.jitter}${custom}`;
   }
 
+  // A fan-out's completion policy in words (engine/fanout_spec.py describe_policy).
+  function completion(policy) {
+    if (!policy) return null;
+    if (policy.all) return "every item must succeed";
+    const parts = [];
+    if (policy.min_successful != null) parts.push(`done when ${policy.min_successful} succeed`);
+    if (policy.tolerated_failures != null) parts.push(`tolerates ${policy.tolerated_failures} failure(s)`);
+    if (policy.tolerated_failure_percentage != null) parts.push(`tolerates ${policy.tolerated_failure_percentage}% failures`);
+    return parts.join(", ");
+  }
+
   function facts(step) {
     const out = [];
     if (step.kind === "sleep") out.push(`sleeps ${duration(step.seconds)}`);
@@ -18,6 +29,11 @@
     if (step.kind === "callback") out.push("waits for a callback (token)");
     if (step.kind === "poll") out.push(`checks every ${duration(step.every)}`);
     if (step.kind === "child") out.push(`starts child workflow ${step.workflow}`);
+    if (step.kind === "parallel") out.push(`${(step.branches || []).length} branches side by side`);
+    if (step.kind === "map") out.push(`runs its branch once per item of ${step.items || "its items"}`);
+    if (step.max_concurrency) out.push(`at most ${step.max_concurrency} at once`);
+    const done = completion(step.completion);
+    if (done) out.push(done);
     if (step.wait_timeout) out.push(`times out after ${duration(step.wait_timeout)}`);
     if (step.heartbeat_timeout) out.push(`heartbeat every ${duration(step.heartbeat_timeout)}`);
     if (step.timeout) out.push(`runs at most ${duration(step.timeout)}`);
@@ -34,7 +50,7 @@
     return h("li", { "data-kind": step.kind },
       badge(step.kind), " ", h("strong", {}, step.name),
       h("div", { class: "muted" }, facts(step).join(" · ")),
-      branches && branches.length ? h("ol", { class: "steps" }, branches.map((b) => stepItem(b))) : null);
+      branches && branches.length ? h("ol", { class: "steps branches", start: 0, "aria-label": `${step.name}'s branches` }, branches.map((b) => stepItem(b))) : null);
   }
 
   async function load() {
