@@ -136,10 +136,28 @@ def _as_step(fn: StepSpec | StepFn | str, what: str) -> StepSpec:
             f"{what} must be a step function, step(...), child(...) or a workflow name, not a wait, sleep or fan-out"
         )
     if isinstance(fn, StepSpec):
-        return fn
+        return _plain_item(fn, what)
     if not callable(fn):
         raise WorkflowDefinitionError(f"{what} {fn!r} is not callable")
     return StepSpec(fn=fn, name=getattr(fn, "__name__", "item"))
+
+
+def _plain_item(spec: StepSpec, what: str) -> StepSpec:
+    """Refuse what an item would silently not get: items keep no start mark (so no
+    at_most_once), are not held back for a declared timeout, and are caught as one step."""
+    refused = {
+        "semantics='at_most_once'": spec.semantics == "at_most_once",
+        "timeout": spec.timeout is not None,
+        "catch": spec.catch is not None,
+    }
+    named = [option for option, present in refused.items() if present]
+    if named:
+        raise WorkflowDefinitionError(
+            f"{what} ({spec.name!r}) sets {', '.join(named)}: fan-out items run at least once, with no "
+            "per-item timeout hold-back, and a failure is caught on the fan-out step itself (catch= of "
+            "parallel/map)"
+        )
+    return spec
 
 
 def _count(value: object, what: str, *, least: int) -> int | None:

@@ -96,6 +96,21 @@ def test_bad_definitions_are_refused(build):
         build()
 
 
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ({"semantics": "at_most_once"}, "at_most_once"),
+        ({"timeout": 5}, "timeout"),
+        ({"catch": lambda ctx, err: {}}, "catch"),
+    ],
+)
+def test_item_options_the_runner_would_ignore_are_refused(option, said):
+    item = step(noop, name="item", **option)
+    for build in (lambda: parallel(item, noop), lambda: map(items=lambda c: [], run=item)):
+        with pytest.raises(WorkflowDefinitionError, match=said):
+            build()
+
+
 def test_specs_keep_their_items_policy_and_kind():
     quick = step(noop, name="quick")
     spec = parallel(quick, noop, name="both")
