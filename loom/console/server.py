@@ -30,12 +30,14 @@ from loom.console.proxy import MAX_BODY, Answer, Proxy, error
 
 _LOG = get_logger(component="console")
 STATIC = Path(__file__).resolve().parent / "static"
-PAGES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^/$"), "executions.html"),
-    (re.compile(r"^/executions/[^/]+$"), "execution.html"),
-    (re.compile(r"^/workflows$"), "workflows.html"),
-    (re.compile(r"^/dlq$"), "dlq.html"),
-    (re.compile(r"^/local$"), "local.html"),
+# Each page is its main content (static/pages/<name>.html) in the one shared layout, which
+# holds the head, the navigation and the scripts: a new page or nav entry is written once.
+PAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"^/$"), "executions", "Executions"),
+    (re.compile(r"^/executions/[^/]+$"), "execution", "Execution"),
+    (re.compile(r"^/workflows$"), "workflows", "Workflows"),
+    (re.compile(r"^/dlq$"), "dlq", "Dead-letter queue"),
+    (re.compile(r"^/local$"), "local", "Local stack"),
 )
 DRAIN_LIMIT = 16 * MAX_BODY  # an oversized body up to this is read and dropped; past it, the connection closes
 _CALLBACK_PATH = re.compile(r"^(/api/callbacks/)[^/]+")
@@ -186,10 +188,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._static(path)
 
     def _static(self, path: str) -> None:
-        page = next((name for pattern, name in PAGES if pattern.match(path)), None)
+        page = next(((name, title) for pattern, name, title in PAGES if pattern.match(path)), None)
+        if page is not None:
+            self._send(200, render_page(*page), "text/html; charset=utf-8")
+            return
         asset = ASSET.match(path)
-        name = page or (asset.group(1) if asset else None)
-        file = STATIC / name if name else None
+        file = STATIC / asset.group(1) if asset else None
         if file is None or not file.is_file():
             self._send(404, _refusal_page(f"no such page: {path}"), "text/html; charset=utf-8")
             return
@@ -238,6 +242,14 @@ def _loggable(path: str) -> str:
 
 def _handler_class(console: ConsoleServer) -> type[BaseHTTPRequestHandler]:
     return type("ConsoleHandler", (_Handler,), {"console": console})
+
+
+def render_page(name: str, title: str) -> bytes:
+    """The layout with this page's title, name (its script) and main content."""
+    layout = (STATIC / "pages" / "layout.html").read_text(encoding="utf-8")
+    main = (STATIC / "pages" / f"{name}.html").read_text(encoding="utf-8")
+    filled = layout.replace("{{title}}", title).replace("{{page}}", name)
+    return filled.replace("{{main}}", main).encode("utf-8")
 
 
 def _refusal_page(message: str) -> bytes:
