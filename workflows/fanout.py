@@ -15,43 +15,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import NonRetryableError, RetryPolicy, StepContext, step, workflow
+from engine import RetryPolicy, StepContext, step, workflow
 from engine.fanout_spec import map, parallel
-
-
-def _land(ctx: StepContext, kind: str, **data: Any) -> dict[str, Any]:
-    ledger = ctx.services.get("ledger")
-    if ledger is not None:
-        ledger.ran(ctx.idempotency_key)
-        ledger.apply(ctx.idempotency_key, {"kind": kind, **data})
-    return {f"{kind}_key": ctx.idempotency_key}
-
-
-def reserve_stock(ctx: StepContext) -> dict[str, Any]:
-    return {**_land(ctx, "reservation", sku=ctx.data.get("sku")), "reservation": f"res-{ctx.execution_id[:12]}"}
-
-
-def release_stock(ctx: StepContext) -> dict[str, Any]:
-    return _land(ctx, "release", reservation=(ctx.result or {}).get("reservation"))
+from workflows.saga import UNDO, land, release_stock, reserve_stock, ship  # the saga's order steps, fanned out
 
 
 def authorize_card(ctx: StepContext) -> dict[str, Any]:
     amount = ctx.data.get("amount", 0)
-    return {**_land(ctx, "authorization", amount=amount), "authorized": amount}
+    return {**land(ctx, "authorization", amount=amount), "authorized": amount}
 
 
 def void_authorization(ctx: StepContext) -> dict[str, Any]:
-    return _land(ctx, "void", amount=(ctx.result or {}).get("authorized"), reason=(ctx.failure or {}).get("message"))
-
-
-def ship(ctx: StepContext) -> dict[str, Any]:
-    courier = ctx.data.get("courier")
-    if not courier:
-        raise NonRetryableError("no courier will take this parcel")
-    return {**_land(ctx, "shipment", courier=courier), "tracking": f"trk-{ctx.execution_id[:12]}"}
-
-
-UNDO = RetryPolicy(max_attempts=5, base=1, max_delay=30)
+    return land(ctx, "void", amount=(ctx.result or {}).get("authorized"), reason=(ctx.failure or {}).get("message"))
 
 
 @workflow("order_parallel")
@@ -74,7 +49,7 @@ def order_lines(ctx: StepContext) -> list[Any]:
 def price_line(ctx: StepContext) -> dict[str, Any]:
     line = ctx.item or {}
     price = round(float(line.get("qty", 1)) * float(line.get("unit_price", 0)), 2)
-    _land(ctx, "price", sku=line.get("sku"), price=price)
+    land(ctx, "price", sku=line.get("sku"), price=price)
     return {"sku": line.get("sku"), "price": price}
 
 

@@ -13,7 +13,8 @@ from typing import Any
 from engine import NonRetryableError, RetryPolicy, StepContext, step, workflow
 
 
-def _land(ctx: StepContext, kind: str, **data: Any) -> dict[str, Any]:
+def land(ctx: StepContext, kind: str, **data: Any) -> dict[str, Any]:
+    """Record the effect in the example ledger under the step's idempotency key."""
     ledger = ctx.services.get("ledger")
     if ledger is not None:
         ledger.ran(ctx.idempotency_key)
@@ -22,29 +23,29 @@ def _land(ctx: StepContext, kind: str, **data: Any) -> dict[str, Any]:
 
 
 def reserve_stock(ctx: StepContext) -> dict[str, Any]:
-    return {**_land(ctx, "reservation", sku=ctx.data.get("sku")), "reservation": f"res-{ctx.execution_id[:12]}"}
+    return {**land(ctx, "reservation", sku=ctx.data.get("sku")), "reservation": f"res-{ctx.execution_id[:12]}"}
 
 
 def release_stock(ctx: StepContext) -> dict[str, Any]:
     # ctx.result is what reserve_stock committed; ctx.failure is why the saga is undone.
-    return _land(ctx, "release", reservation=(ctx.result or {}).get("reservation"))
+    return land(ctx, "release", reservation=(ctx.result or {}).get("reservation"))
 
 
 def charge_card(ctx: StepContext) -> dict[str, Any]:
     amount = ctx.data.get("amount", 0)
-    return {**_land(ctx, "charge", amount=amount), "charged": amount}
+    return {**land(ctx, "charge", amount=amount), "charged": amount}
 
 
 def refund_card(ctx: StepContext) -> dict[str, Any]:
     reason = (ctx.failure or {}).get("message", "")
-    return _land(ctx, "refund", amount=(ctx.result or {}).get("charged"), reason=reason)
+    return land(ctx, "refund", amount=(ctx.result or {}).get("charged"), reason=reason)
 
 
 def ship(ctx: StepContext) -> dict[str, Any]:
     courier = ctx.data.get("courier")
     if not courier:
         raise NonRetryableError("no courier will take this parcel")
-    return {**_land(ctx, "shipment", courier=courier), "tracking": f"trk-{ctx.execution_id[:12]}"}
+    return {**land(ctx, "shipment", courier=courier), "tracking": f"trk-{ctx.execution_id[:12]}"}
 
 
 UNDO = RetryPolicy(max_attempts=5, base=1, max_delay=30)
