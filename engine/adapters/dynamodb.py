@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
-from engine.adapters.fan_store import FanStore
+from engine.adapters.fan_store import FanStore, step_record
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
 from engine.limits import check_item, utf8_len
@@ -206,18 +206,7 @@ class DynamoStore(FanStore):
 
     @staticmethod
     def _record(execution_id: str, item: dict[str, Any]) -> StepRecord:
-        attempts = tuple(Attempt.from_dict(json.loads(a["S"])) for a in item.get("attempts", {}).get("L", []))
-        return StepRecord(
-            execution_id=execution_id,
-            index=int(item["idx"]["N"]),
-            name=item["name"]["S"],
-            status=StepStatus(item["status"]["S"]),
-            attempts=attempts,
-            result=_json(item.get("result")),
-            error=_json(item.get("error")),
-            started_at=_num(item.get("started_at")),
-            finished_at=_num(item.get("finished_at")),
-        )
+        return step_record(execution_id, item)
 
     def _capacity(self) -> dict[str, str]:
         return {"ReturnConsumedCapacity": self.return_consumed_capacity}

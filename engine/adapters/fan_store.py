@@ -60,7 +60,8 @@ def _join(execution_id: str, step: int, item: dict[str, Any]) -> JoinRecord:
     )
 
 
-def _item_record(execution_id: str, item: dict[str, Any]) -> StepRecord:
+def step_record(execution_id: str, item: dict[str, Any]) -> StepRecord:
+    """A step history record or a fan-out item record, from its DynamoDB item (one reader for both)."""
     attempts = tuple(Attempt.from_dict(json.loads(a["S"])) for a in item.get("attempts", {}).get("L", []))
     return StepRecord(
         execution_id=execution_id,
@@ -149,7 +150,7 @@ class FanStore:
                 **self._capacity(),
             )
         item = answer.get("Item")
-        return None if item is None else _item_record(execution_id, item)
+        return None if item is None else step_record(execution_id, item)
 
     def commit_item(
         self: _Table, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
@@ -229,7 +230,7 @@ class FanStore:
             while True:
                 with mapped(f"table {self._table}"):
                     answer = self._db.query(**kwargs, **self._capacity())
-                found.extend(_item_record(execution_id, item) for item in answer.get("Items", []))
+                found.extend(step_record(execution_id, item) for item in answer.get("Items", []))
                 if "LastEvaluatedKey" not in answer:
                     break
                 kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
@@ -296,7 +297,7 @@ def _transact(
         codes = [str(r.get("Code", "")) for r in reasons]
         if "ConditionalCheckFailed" in codes or "ConditionalCheckFailed" in str(exc):
             old = reasons[0].get("Item") if reasons else None
-            current = None if old is None else _item_record(execution_id, dict(old))
+            current = None if old is None else step_record(execution_id, dict(old))
             raise ConflictError(f"item {idx} of step {step} refused the write", current=current) from exc
         if any(c in ("ThrottlingError", "TransactionConflict", "ProvisionedThroughputExceeded") for c in codes):
             raise TransientError(f"item {idx} of step {step}: transaction cancelled ({codes})") from exc
