@@ -166,7 +166,6 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             self._route(method, parts.path, parts.query)
-        _LOG.debug("console.request", method=method, path=_loggable(parts.path), status=self._status)
 
     def _route(self, method: str, path: str, query: str) -> None:
         if path.startswith("/api/") or path.startswith("/local/"):
@@ -224,7 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def _send(self, status: int, body: bytes, kind: str, extra: list[tuple[str, str]] | None = None) -> None:
-        self._status = status
+        # Logged before the answer is written, so the line exists by the time the client has it.
+        _LOG.debug("console.request", method=self.command, path=_loggable(urlsplit(self.path).path), status=status)
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
