@@ -129,6 +129,19 @@ def make_catch(name: str) -> Any:
     return handler
 
 
+def _while_running(model: Model, ctx: Any) -> None:
+    """What the model does to any running body (a step or a fan-out item): note a run after a
+    cancel, let a racing rule interleave, and crash the worker when a rule asked for it."""
+    if ctx.execution_id in model.cancelled:
+        model.after_cancel.append((ctx.execution_id, ctx.step_index))
+    hook, model.interleave = model.interleave, None
+    if hook is not None:
+        hook()
+    if model.die_in_step:
+        model.die_in_step = False
+        raise Crash("in_step")
+
+
 def make_step(
     name: str,
     semantics: str = "at_least_once",
@@ -142,14 +155,7 @@ def make_step(
         model.runs[(ctx.execution_id, ctx.step_index, ctx.attempt)] += 1
         if semantics == "at_most_once":
             model.at_most_once.add((ctx.execution_id, ctx.step_index))
-        if ctx.execution_id in model.cancelled:
-            model.after_cancel.append((ctx.execution_id, ctx.step_index))
-        hook, model.interleave = model.interleave, None
-        if hook is not None:
-            hook()
-        if model.die_in_step:
-            model.die_in_step = False
-            raise Crash("in_step")
+        _while_running(model, ctx)
         if ctx.attempt <= int(ctx.data.get("fails", {}).get(name, 0)):
             raise Flaky(f"{name} fails attempt {ctx.attempt}")
         result = {name: f"{name}#{next(model.tokens)}"}
@@ -173,14 +179,7 @@ def fan_item(ctx: Any) -> dict[str, Any]:
     """An item of the ``fan`` map: item 1 fails as often as step "f" would (3: for good)."""
     model: Model = ctx.services["model"]
     assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:{ctx.item_index}"
-    if ctx.execution_id in model.cancelled:
-        model.after_cancel.append((ctx.execution_id, ctx.step_index))
-    hook, model.interleave = model.interleave, None
-    if hook is not None:
-        hook()
-    if model.die_in_step:
-        model.die_in_step = False
-        raise Crash("in_step")
+    _while_running(model, ctx)
     if ctx.item_index == 1 and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0)):
         raise Flaky(f"item 1 fails attempt {ctx.attempt}")
     result = {"i": ctx.item, "r": f"i#{next(model.tokens)}"}
