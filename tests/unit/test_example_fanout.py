@@ -13,16 +13,6 @@ pytestmark = pytest.mark.unit
 LINES = [{"sku": f"S{i}", "qty": i + 1, "unit_price": 2.5} for i in range(12)]
 
 
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def test(ledger: MemoryLedger) -> WorkflowTest:
-    return WorkflowTest(services={"ledger": ledger})
-
-
 def test_a_parallel_order_ships_with_both_branches_merged(test: WorkflowTest) -> None:
     eid = test.start("order_parallel", {"sku": "S-1", "amount": 30, "courier": "ups"})
     ex = test.run(eid)

@@ -11,16 +11,6 @@ from workflows.ledger import MemoryLedger
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def test(ledger: MemoryLedger) -> WorkflowTest:
-    return WorkflowTest(services={"ledger": ledger})
-
-
 def test_order_approval_waits_for_the_signal_then_ships(test: WorkflowTest) -> None:
     eid = test.start("order_approval", {"order_id": "A-1"})
     assert test.run(eid).status.value == "WAITING"

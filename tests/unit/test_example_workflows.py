@@ -12,16 +12,6 @@ from workflows.ledger import MemoryLedger
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def test(ledger: MemoryLedger) -> WorkflowTest:
-    return WorkflowTest(services={"ledger": ledger})
-
-
 def test_order_fulfillment_sleeps_an_hour_in_virtual_time(test: WorkflowTest, ledger: MemoryLedger) -> None:
     eid = test.start("order_fulfillment", {"order_id": "A-1", "amount": 42})
     ex = test.run(eid)
