@@ -4,8 +4,11 @@ message the kit sees is delivered twice.
 Two ``chaos_fanout`` executions map over 6 lines (window 3). In one, the worker that commits
 item 1 exits right after the item's transaction (the crash hook, ``crash_after_item``), before
 it judges the counts or starts item 4; its message comes back after the visibility timeout (or
-the sweeper re-drives the parent once its lease lapses). The kit sends a copy of every ITEM
-message it sees.
+the sweeper re-drives the parent once its lease lapses). As soon as an execution's join record
+exists, the kit sends a copy of the ITEM message of each item of the first window (those are
+started when the fan-out opens, so the copy is a real duplicate, never an early start), and a copy
+of every later ITEM message a peek at the queue sees. Building the first copies instead of only
+peeking makes the fault certain: the workers often take an item message before any peek sees it.
 
 Must show: both COMPLETED; exactly one advance past the fan-out (one committed record of the
 step, one join decision); the results in item order; each item committed once (one completed
@@ -23,11 +26,27 @@ from chaos import faults
 from chaos.observe import Watcher
 from chaos.scenario import Result, Scenario, main_for, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
+from engine.messages import MessageKind, StepMessage
 
 NAME = "fanout_join"
 FAULT = "worker exits after an item's commit, before the join; a copy of every item message"
 LINES = 6
 CRASH_ITEM = 1
+WINDOW = 3  # chaos.workflows.chaos_fanout's max_concurrency
+
+
+def _copy_first_window(t: Target, ids: list[str], copied: set[str]) -> int:
+    """A copy of each first-window item's message, once per execution, once its join exists."""
+    sent = 0
+    for eid in ids:
+        join = t.store.get_join(eid, 0)
+        if join is None:
+            continue
+        bodies = [StepMessage(eid, 0, 1, MessageKind.ITEM, i).encode() for i in range(min(join.window, join.n))]
+        fresh = [b for b in bodies if b not in copied]
+        copied.update(fresh)
+        sent += faults.send_copies(t, fresh, copies=1)
+    return sent
 
 
 def _copy_items(t: Target, ids: list[str], copied: set[str]) -> int:
@@ -76,7 +95,7 @@ def run(t: Target, r: Result) -> None:
         deadline = swept = time.monotonic() + max(60.0, 4 * t.lease + 30)
         swept -= 1e9
         while time.monotonic() < deadline:
-            copies += _copy_items(t, ids, copied)
+            copies += _copy_first_window(t, ids, copied) + _copy_items(t, ids, copied)
             states = [w.latest(eid) for eid in ids]
             if all(ex is not None and ex.terminal for ex in states):
                 break
@@ -113,7 +132,7 @@ def run(t: Target, r: Result) -> None:
     r.recovered(started, done)  # the crash lands in the first window: the whole run is its recovery
     r.evidence.update(copies=copies, items=evidence)
     verify(r, t, w, ids)
-    r.expect(copies > 0, "no item message was copied")
+    r.expect(copies >= WINDOW * len(ids), f"only {copies} item messages were copied: each first window must be")
 
 
 SCENARIO = Scenario(NAME, FAULT, (CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
