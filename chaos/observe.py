@@ -22,6 +22,13 @@ class Watcher:
     recovery times (the last time an execution moved).
     """
 
+    # A pass over many executions waits this many times its own length before the next one, so
+    # the observer never takes more than a fifth of the emulator from the system it observes (a
+    # thousand executions cost ten batch reads a pass, each up to a second on a busy emulator).
+    # A scenario's handful of executions (one batch) keeps the plain interval and its resolution.
+    SHARE = 4.0
+    BATCH = 100
+
     def __init__(self, target: Any, interval: float = 0.15) -> None:
         self._target = target
         self._interval = interval
@@ -73,6 +80,7 @@ class Watcher:
     def _run(self) -> None:
         many = getattr(self._target, "get_many", None)
         while not self._stop.is_set():
+            began = time.monotonic()
             with self._lock:
                 pending = [i for i in self._ids if i not in self._done]
             if many is not None:
@@ -85,14 +93,15 @@ class Watcher:
                         self.poll(eid)
                     except Exception:  # an emulator hiccup must not end the observation
                         self.errors += 1
-            self._stop.wait(self._interval)
+            spent = time.monotonic() - began if len(pending) > self.BATCH else 0.0
+            self._stop.wait(max(self._interval, self.SHARE * spent))
 
     def _pass_batched(self, many: Callable[[list[str]], list[Execution]], pending: list[str]) -> None:
-        for start in range(0, len(pending), 100):
+        for start in range(0, len(pending), self.BATCH):
             if self._stop.is_set():
                 return
             try:
-                for ex in many(pending[start : start + 100]):
+                for ex in many(pending[start : start + self.BATCH]):
                     self._record(ex)
             except Exception:  # an emulator hiccup must not end the observation
                 self.errors += 1

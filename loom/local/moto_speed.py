@@ -1,4 +1,4 @@
-"""Two of moto's SQS calls, made as cheap as the answers they give (the embedded emulator only).
+"""moto's SQS queue scans, made as cheap as the answers they give (the embedded emulator only).
 
 moto 5 builds a queue's whole attribute dict (three approximate counts, each a pass over every
 message reading the clock per message) for each message a ReceiveMessage hands out (its
@@ -6,14 +6,17 @@ retention check asks GetQueueAttributes for ``MessageRetentionPeriod``), and thr
 name a GetQueueAttributes asks for. Under a backlog of a thousand messages every receive then
 costs tens of thousands of clock reads, and the emulator, not the engine, sets the pace: the
 1,000-execution soak ran at under one step a second with moto's server at 80 % CPU, most of it
-there. The replacements return what moto's own code returns, from one pass at most.
+there. Its SendMessage builds the same attribute dict (to read ``ContentBasedDeduplication``),
+and every scan of the messages (the visible list, the three counts) reads the clock twice per
+message. The replacements return what moto's own code returns, from one pass at most, reading
+the clock once per pass.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from moto.core.utils import unix_time
+from moto.core.utils import unix_time, unix_time_millis
 from moto.sqs import models
 from moto.sqs.exceptions import InvalidAttributeName
 
@@ -39,7 +42,26 @@ def get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str])
     return {name: everything[name] for name in attribute_names if everything.get(name) is not None}
 
 
+def visible_messages(self: Any) -> list[Any]:
+    """moto's ``Queue.messages``: visible and not delayed, at one instant."""
+    now = unix_time_millis()
+    return [m for m in self._messages if now > m.visible_at and not now < m.delayed_until]
+
+
+def count_not_visible(self: Any) -> int:
+    now = unix_time_millis()
+    return sum(1 for m in self._messages if not now > m.visible_at)
+
+
+def count_delayed(self: Any) -> int:
+    now = unix_time_millis()
+    return sum(1 for m in self._messages if now < m.delayed_until)
+
+
 def apply() -> None:
-    """Install both replacements on moto's SQS backend (the emulator process calls it once)."""
+    """Install the replacements on moto's SQS backend (the emulator process calls it once)."""
+    models.Queue.messages = property(visible_messages)  # type: ignore[assignment,method-assign]
+    models.Queue.approximate_number_of_messages_not_visible = property(count_not_visible)  # type: ignore[assignment,method-assign]
+    models.Queue.approximate_number_of_messages_delayed = property(count_delayed)  # type: ignore[assignment,method-assign]
     models.SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period  # type: ignore[method-assign]
     models.SQSBackend.get_queue_attributes = get_queue_attributes  # type: ignore[method-assign]

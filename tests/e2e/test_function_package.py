@@ -15,7 +15,7 @@ from tests.e2e.support import ROOT, alive, all_pids, loom, stack_info, start, wa
 
 pytestmark = pytest.mark.e2e
 
-FLOWS = '''
+FLOWS = """
 from engine import StepContext, workflow
 
 
@@ -26,7 +26,7 @@ def greet(ctx: StepContext) -> dict:
 @workflow("myapp_hello")
 class Hello:
     steps = [greet]
-'''
+"""
 
 
 def _no_sources_env() -> dict[str, str]:

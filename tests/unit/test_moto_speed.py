@@ -80,3 +80,42 @@ def test_a_message_past_its_retention_period_is_still_not_received(monkeypatch) 
         assert backend.is_message_valid_based_on_retention_period("q", message)
         message.sent_timestamp -= 61_000
         assert not backend.is_message_valid_based_on_retention_period("q", message)
+
+
+def test_the_queue_scans_read_the_clock_once_and_count_as_moto_does(monkeypatch) -> None:
+    with mock_aws():
+        sqs, url = make_queue(30)
+        sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)  # type: ignore[attr-defined]
+        sqs.send_message_batch(  # type: ignore[attr-defined]
+            QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "late", "DelaySeconds": 60} for i in range(5)]
+        )
+        queue = models.sqs_backends["123456789012"]["us-east-1"].get_queue("q")
+        reads = {"n": 0}
+        clock = models.unix_time_millis
+
+        def counted_clock(*args: object) -> float:
+            reads["n"] += 1
+            return clock(*args)  # type: ignore[arg-type]
+
+        def scans() -> tuple[list[str], int, int, int]:
+            return (
+                [m.id for m in queue.messages],
+                queue.approximate_number_of_messages,
+                queue.approximate_number_of_messages_not_visible,
+                queue.approximate_number_of_messages_delayed,
+            )
+
+        monkeypatch.setattr(models, "unix_time_millis", counted_clock)
+        moto_s = scans()
+        assert reads["n"] > 100, "moto reads the clock per message in each scan"
+        assert moto_s[1:] == (20, 10, 5), "10 taken for 60 s; 5 delayed (moto counts them as visible)"
+        for name, fn in (
+            ("messages", moto_speed.visible_messages),
+            ("approximate_number_of_messages_not_visible", moto_speed.count_not_visible),
+            ("approximate_number_of_messages_delayed", moto_speed.count_delayed),
+        ):
+            monkeypatch.setattr(models.Queue, name, property(fn))
+        monkeypatch.setattr(moto_speed, "unix_time_millis", counted_clock)
+        reads["n"] = 0
+        assert scans() == moto_s
+        assert reads["n"] == 4, "one clock read per scan, four scans"
