@@ -119,3 +119,99 @@ def test_the_queue_scans_read_the_clock_once_and_count_as_moto_does(monkeypatch)
         reads["n"] = 0
         assert scans() == moto_s
         assert reads["n"] == 4, "one clock read per scan, four scans"
+
+
+ITEM = {
+    "PK": {"S": "EXEC#1"},
+    "SK": {"S": "#META"},
+    "n": {"N": "12.5"},
+    "ok": {"BOOL": True},
+    "none": {"NULL": True},
+    "tags": {"SS": ["a", "b"]},
+    "nums": {"NS": ["1", "2"]},
+    "ctx": {"M": {"list": {"L": [{"S": "x"}, {"N": "1"}, {"M": {"deep": {"BOOL": False}}}]}, "s": {"S": ""}}},
+    "blob": {"B": b"\x00\xffraw"},
+    "blobs": {"BS": [b"\x01", b"\x02"]},
+    "mixed": {"L": [{"S": "y"}, {"B": b"\x03"}]},
+}
+
+
+def dynamo_answers() -> list[dict]:
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    ddb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.put_item(TableName="t", Item=ITEM)
+    key = {"PK": ITEM["PK"], "SK": ITEM["SK"]}
+    answers = [
+        ddb.get_item(TableName="t", Key=key),
+        ddb.query(TableName="t", KeyConditionExpression="PK = :p", ExpressionAttributeValues={":p": ITEM["PK"]}),
+        ddb.scan(TableName="t"),
+        ddb.batch_get_item(RequestItems={"t": {"Keys": [key]}}),
+        ddb.transact_get_items(TransactItems=[{"Get": {"TableName": "t", "Key": key}}]),
+        ddb.update_item(
+            TableName="t",
+            Key=key,
+            UpdateExpression="SET n = :n",
+            ExpressionAttributeValues={":n": {"N": "13"}},
+            ReturnValues="ALL_OLD",
+        ),
+    ]
+    try:
+        ddb.put_item(
+            TableName="t",
+            Item=ITEM,
+            ConditionExpression="attribute_not_exists(PK)",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ddb.exceptions.ConditionalCheckFailedException as exc:
+        answers.append(exc.response)
+    for answer in answers:
+        answer.pop("ResponseMetadata", None)
+        answer.get("Error", {}).pop("Message", None)
+    return answers
+
+
+def test_dynamodb_answers_are_moto_s_and_wire_form_values_skip_the_shape_walk(monkeypatch) -> None:
+    with mock_aws():
+        moto_s = dynamo_answers()
+    assert moto_s[0]["Item"] == ITEM and moto_s[-1]["Item"]["blob"] == {"B": b"\x00\xffraw"}
+    copied = {"n": 0}
+    real = moto_speed.is_wire_value
+
+    def counted(value: object) -> bool:
+        wire = real(value)
+        copied["n"] += wire
+        return wire
+
+    monkeypatch.setattr(
+        moto_speed.serialize.BaseJSONSerializer, "_serialize_type_structure", moto_speed.serialize_structure
+    )
+    monkeypatch.setattr(moto_speed, "is_wire_value", counted)
+    with mock_aws():
+        assert dynamo_answers() == moto_s
+    assert copied["n"] >= 7 * 8, "each answer's S/N/BOOL/NULL/SS/NS/M attributes were copied, not walked"
+
+
+@pytest.mark.parametrize(
+    ("value", "wire"),
+    [
+        ({"S": "x"}, True),
+        ({"N": "1"}, True),
+        ({"M": {"a": {"L": [{"NULL": True}, {"SS": ["q"]}]}}}, True),
+        ({"B": b"x"}, False),
+        ({"L": [{"S": "x"}, {"BS": [b"x"]}]}, False),
+        ({"S": "x", "N": "1"}, False),
+        ({"N": 1}, False),
+        ({"M": {"a": {"B": b"x"}}}, False),
+        ("S", False),
+    ],
+)
+def test_only_values_the_serializer_would_copy_unchanged_are_wire_values(value: object, wire: bool) -> None:
+    assert moto_speed.is_wire_value(value) is wire
