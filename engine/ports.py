@@ -71,6 +71,10 @@ class Store(Protocol):
 
     def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page: ...
 
+    def note_parked(self, count: int, now: float) -> float:
+        """Record the dead-letter queue's message count a sweep saw; since when the stored count
+        has been ``count`` (``now`` when it changed, or when two sweeps raced to change it)."""
+
     # fan-out (engine/fanout.py): one join record per fan-out step, one record per item
     def open_join(self, join: JoinRecord) -> JoinRecord:
         """Create the join record unless it exists; the record as stored either way."""

@@ -88,7 +88,7 @@ def sweep(
     cursors: dict[int, str | None] = {}
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
     outgoing: list[StepMessage] = []
-    backlog = Backlog(parts)
+    backlog = Backlog(parts, now)
     while active and budget > 0 and not out_of_time():
         for shard, take in plan_round(active, budget, cfg.sweep_page):
             if out_of_time():
@@ -177,10 +177,12 @@ class Backlog:
     """The step queue's backlog and the dead-letter queue's count, asked at most once per
     sweep and only when a verdict needs them."""
 
-    def __init__(self, parts: Parts) -> None:
+    def __init__(self, parts: Parts, now: float) -> None:
         self._parts = parts
+        self._now = now
         self._waiting: int | None = None
         self._parked: int | None = None
+        self._since: tuple[float | None] | None = None
         # Messages this sweep has sent already (woken sleeps, redrives): not a backlog.
         self.own = 0
 
@@ -205,8 +207,24 @@ class Backlog:
                 self._parked = 1
         return self._parked
 
+    def parked_since(self) -> float | None:
+        """Since when the dead-letter queue has held what it holds, as far as sweeps have seen
+        (the store keeps the count a sweep last saw change); None while it holds nothing."""
+        if self._since is None:
+            count = self.parked()
+            try:
+                since = self._parts.store.note_parked(count, self._now)
+            except LoomError as exc:
+                # Unknown: take the messages as just parked (the short patience, once).
+                engine_log().warning("sweep.parked_note_failed", error=error_info(exc))
+                since = self._now
+            self._since = (since if count else None,)
+        return self._since[0]
 
-def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig, parked: int = 0) -> SweepAction:
+
+def judge_lapsed(
+    ex: Execution, waiting: int, now: float, cfg: EngineConfig, parked_since: float | None = None
+) -> SweepAction:
     """A RUNNING execution's lease lapsed: re-drive it, or wait for the queue's backlog.
 
     A marked attempt (``started_attempt == attempt``) was started by a guarded runner
@@ -218,18 +236,33 @@ def judge_lapsed(ex: Execution, waiting: int, now: float, cfg: EngineConfig, par
     after its lease ran low runs guarded too, so a wrong guess costs a message, not an
     overlapping run.) The backlog is believed for ``backlog_patience_leases`` leases after
     the execution's last transition (a postponement keeps ``updated_at``): a queue that
-    never drains must not keep a lost message waiting forever. While the dead-letter queue
-    holds ``parked`` messages, the message may be one SQS parked there, which no backlog
-    delivers: the backlog is then believed for ``parked_patience_leases`` only.
+    never drains must not keep a lost message waiting forever. If SQS may have parked the
+    message in the dead-letter queue, where no backlog delivers it, the backlog is believed
+    for ``parked_patience_leases`` only (``may_be_parked``).
     """
     if ex.started_attempt == ex.attempt or waiting == 0:
         return SweepAction.REDRIVE
-    if now - ex.updated_at >= backlog_patience(cfg, parked):
+    if now - ex.updated_at >= backlog_patience(cfg, may_be_parked(ex, parked_since)):
         return SweepAction.REDRIVE
     return SweepAction.POSTPONED
 
 
-def backlog_patience(cfg: EngineConfig, parked: int) -> float:
+def may_be_parked(ex: Execution, parked_since: float | None) -> bool:
+    """The execution's message may be in the dead-letter queue: it holds messages, and a sweep
+    saw its count change after the message was sent (at the last transition, ``updated_at``).
+    Strictly after: a message is parked only after ``maxReceiveCount`` receives, so a change
+    seen by the sweep whose redrive sent the message (the same instant) is not its parking.
+
+    The sweeper cannot tell whose messages the DLQ holds, and taking every waiting execution
+    as parked while it holds anything made an overloaded queue grow without end: every
+    execution behind the backlog was re-driven every ``parked_patience_leases``, each redrive
+    one more message to wait behind. A redrive is a transition, so each parking now costs at
+    most one redrive per execution that was waiting when it happened.
+    """
+    return parked_since is not None and parked_since > ex.updated_at
+
+
+def backlog_patience(cfg: EngineConfig, parked: bool) -> float:
     """Seconds after an execution's last transition that a backlog may explain its lapsed lease."""
     return (cfg.parked_patience_leases if parked else cfg.backlog_patience_leases) * cfg.lease_seconds
 
@@ -256,10 +289,10 @@ def sweep_one(
             if done.effects.delayed is not None:
                 send(parts, *done.effects.delayed)
             return SweepAction.WOKE, done.effects.run_next
-        backlog = backlog or Backlog(parts)
+        backlog = backlog or Backlog(parts, now)
         action = _judge(parts, ex, now, backlog)
         if action is SweepAction.POSTPONED:
-            patience = backlog_patience(parts.config, backlog.parked())
+            patience = backlog_patience(parts.config, may_be_parked(ex, backlog.parked_since()))
             new = tr.postponed_state(ex, now, parts.config, patience)
         else:
             new = tr.reclaimed_state(ex, now, parts.config)
@@ -283,8 +316,8 @@ def _judge(parts: Parts, ex: Execution, now: float, backlog: Backlog) -> SweepAc
     if ex.started_attempt == ex.attempt:
         return judge_lapsed(ex, 0, now, parts.config)
     waiting = backlog()
-    parked = backlog.parked() if waiting else 0
-    return judge_lapsed(ex, waiting, now, parts.config, parked)
+    since = backlog.parked_since() if waiting else None
+    return judge_lapsed(ex, waiting, now, parts.config, since)
 
 
 def _unindex(parts: Parts, ex: Execution, now: float) -> None:

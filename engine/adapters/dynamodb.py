@@ -25,6 +25,8 @@ META_SK = "#META"
 GSI1, GSI1PK, GSI1SK = "GSI1", "GSI1PK", "GSI1SK"
 GSI2, GSI2PK, GSI2SK = "GSI2", "GSI2PK", "GSI2SK"
 LIST_PARTITION = "EXECUTIONS"
+# The sweepers' one shared note: the dead-letter queue's count and when a sweep saw it change.
+PARKED_KEY = {PK: {"S": "LOOM#SWEEPER"}, SK: {"S": "#PARKED"}}
 KEY_ATTRIBUTES = {PK: "S", SK: "S", GSI1PK: "S", GSI1SK: "N", GSI2PK: "S", GSI2SK: "S"}
 SUMMARY_ATTRIBUTES = [
     PK,
@@ -469,6 +471,33 @@ class DynamoStore(FanStore):
         ids = [item[PK]["S"].removeprefix("EXEC#") for item in answer.get("Items", [])]
         last = answer.get("LastEvaluatedKey")
         return ids, (cursors.encode(self._cursor_key, DUE_CURSOR, last) if last else None)
+
+    def note_parked(self, count: int, now: float) -> float:
+        with mapped(f"table {self._table}"):
+            answer = self._db.get_item(TableName=self._table, Key=PARKED_KEY, ConsistentRead=True, **self._capacity())
+        old = answer.get("Item")
+        if old is not None and int(old["count"]["N"]) == count:
+            return float(old["changed_at"]["N"])
+        condition: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(PK)"}
+            if old is None
+            else {
+                "ConditionExpression": "#c = :old",
+                "ExpressionAttributeNames": {"#c": "count"},
+                "ExpressionAttributeValues": {":old": old["count"]},
+            }
+        )
+        try:
+            with mapped(f"table {self._table}"):
+                self._db.put_item(
+                    TableName=self._table,
+                    Item={**PARKED_KEY, "count": _n(count), "changed_at": _n(now)},
+                    **condition,
+                    **self._capacity(),
+                )
+        except ConflictError:
+            pass  # another sweep noted a change at about the same time: ``now`` is as good
+        return now
 
     def list_executions(self, *, status: str | None, workflow: str | None, limit: int, cursor: str | None) -> Page:
         """Newest first from GSI2 (keys only: it is written once per execution),

@@ -30,6 +30,7 @@ class InMemoryStore:
         self._signals: dict[tuple[str, str, str], Signal] = {}
         self._joins: dict[tuple[str, int], JoinRecord] = {}
         self._items: dict[tuple[str, int, int], StepRecord] = {}
+        self._parked_mark: tuple[int, float] | None = None
         self.writes = 0
 
     # executions
@@ -199,6 +200,12 @@ class InMemoryStore:
         self.writes += 1
 
     # queries
+    def note_parked(self, count: int, now: float) -> float:
+        if self._parked_mark is None or self._parked_mark[0] != count:
+            self._parked_mark = (count, now)
+            self.writes += 1
+        return self._parked_mark[1]
+
     def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
         ordered = sorted(
             (ex.next_wake_at, ex.id)

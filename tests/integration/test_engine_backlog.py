@@ -148,6 +148,38 @@ def test_a_message_parked_in_the_dead_letter_queue_is_redriven_after_the_short_p
     assert probe.overlaps == []
 
 
+def test_a_parking_costs_each_waiting_execution_one_redrive_not_one_every_short_patience(rig, rec, probe, aws):
+    """The loop the 1,000-execution soak fell into: the DLQ held messages parked during its
+    fault window, and every execution waiting behind the backlog was re-driven every
+    ``parked_patience_leases``, each redrive one more message to wait behind. A parking can
+    only hold messages sent before it; a redrive is a transition after it, so the redriven
+    execution gets the plain backlog patience, and the DLQ's unchanged count is remembered
+    across sweeps (the store's note), not taken as new each time."""
+    for i in range(EXECUTIONS):
+        rig.engine.start("two", {}, execution_id=f"w{i}")
+    aws["sqs"].send_message(QueueUrl=aws["DeadLetterQueue"], MessageBody='{"parked": "during a fault"}')
+    cfg = rig.engine.config
+    window = 10 * cfg.lease_seconds  # well inside the plain patience counted from a redrive
+    assert window < cfg.backlog_patience_leases * cfg.lease_seconds
+    started = rig.clock.now()
+    while rig.clock.now() - started < window:
+        rig.clock.advance(cfg.lease_seconds / 2)
+        rig.engine.sweep()
+    redrives = [s.message.execution_id for s in rig.queue.sent if s.message.kind is MessageKind.REDRIVE]
+    assert sorted(redrives) == sorted(f"w{i}" for i in range(EXECUTIONS)), "one redrive each, for the one parking"
+    # A second parking may hold any of them again: one more redrive each, then quiet.
+    aws["sqs"].send_message(QueueUrl=aws["DeadLetterQueue"], MessageBody='{"parked": "later"}')
+    while rig.clock.now() - started < 2 * window:
+        rig.clock.advance(cfg.lease_seconds / 2)
+        rig.engine.sweep()
+    redrives = [s.message.execution_id for s in rig.queue.sent if s.message.kind is MessageKind.REDRIVE]
+    assert len(redrives) == 2 * EXECUTIONS and set(redrives) == {f"w{i}" for i in range(EXECUTIONS)}
+    rig.driver.pump(batch_size=10)
+    assert [rig.status(f"w{i}") for i in range(EXECUTIONS)] == ["COMPLETED"] * EXECUTIONS
+    assert all(rec.count(f"w{i}", k) == 1 for i in range(EXECUTIONS) for k in (0, 1)), "a step ran twice"
+    assert probe.overlaps == []
+
+
 def test_an_empty_dead_letter_queue_keeps_the_long_patience(rig):
     """The short patience is the DLQ's doing: with it empty, a backlog is believed as before."""
     for i in range(EXECUTIONS):

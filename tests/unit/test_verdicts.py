@@ -7,7 +7,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus
-from engine.sweeper import SweepAction, judge_lapsed
+from engine.sweeper import SweepAction, judge_lapsed, may_be_parked
 from engine.verdicts import (
     GuardVerdict,
     MessageVerdict,
@@ -161,12 +161,24 @@ def test_a_backlog_is_believed_only_briefly_while_the_dead_letter_queue_holds_me
     short = CFG.parked_patience_leases * CFG.lease_seconds
     assert short < CFG.backlog_patience_leases * CFG.lease_seconds
     waited = ex(next_wake_at=NOW - 1, updated_at=NOW - short)
-    assert judge_lapsed(waited, 25, NOW, CFG, parked=3) is SweepAction.REDRIVE
-    assert judge_lapsed(waited, 25, NOW, CFG, parked=0) is SweepAction.POSTPONED
+    assert judge_lapsed(waited, 25, NOW, CFG, parked_since=NOW - 5) is SweepAction.REDRIVE
+    assert judge_lapsed(waited, 25, NOW, CFG, parked_since=None) is SweepAction.POSTPONED
     fresh = ex(next_wake_at=NOW - 1, updated_at=NOW - short + 1)
-    assert judge_lapsed(fresh, 25, NOW, CFG, parked=3) is SweepAction.POSTPONED
+    assert judge_lapsed(fresh, 25, NOW, CFG, parked_since=NOW - 5) is SweepAction.POSTPONED
     # With no backlog the lapsed lease is a lost message whatever the DLQ holds.
-    assert judge_lapsed(fresh, 0, NOW, CFG, parked=3) is SweepAction.REDRIVE
+    assert judge_lapsed(fresh, 0, NOW, CFG, parked_since=NOW - 5) is SweepAction.REDRIVE
+
+
+def test_only_a_parking_after_the_message_was_sent_shortens_the_patience() -> None:
+    # The DLQ last changed before this execution's message was sent (its last transition, a
+    # redrive included): the message cannot be among the parked ones, the backlog holds it.
+    short = CFG.parked_patience_leases * CFG.lease_seconds
+    sent_at = NOW - short
+    waited = ex(next_wake_at=NOW - 1, updated_at=sent_at)
+    assert judge_lapsed(waited, 25, NOW, CFG, parked_since=sent_at) is SweepAction.POSTPONED
+    assert judge_lapsed(waited, 25, NOW, CFG, parked_since=sent_at + 0.001) is SweepAction.REDRIVE
+    assert may_be_parked(waited, sent_at + 1) and not may_be_parked(waited, sent_at - 1)
+    assert not may_be_parked(waited, None)
 
 
 @pytest.mark.parametrize(
