@@ -43,13 +43,14 @@ from engine import (
     sleep,
     step,
 )
-from engine.adapters.dynamodb import DynamoStore
+from engine.adapters.dynamodb import PARKED_KEY, DynamoStore
 from engine.errors import AlreadyTerminal, LoomError
 from engine.fanout_spec import FanoutSpec
 from engine.fanout_spec import map as fan_map
 from engine.messages import MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
 from engine.state import AttemptOutcome
+from engine.sweeper import backlog_patience, may_be_parked
 from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, child, wait_for_callback, wait_for_signal
 from loom.template import create_resources
 from tests.integration.engine_support import Crash, CrashAt, LostAnswers, WatchedStore, WriteKind, add_workflow
@@ -273,6 +274,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.faults = CrashAt()
         client = session.client("dynamodb")
         self.store = WatchedStore(DynamoStore(client, refs["Table"], CONFIG.shards))
+        self.note = lambda: client.get_item(TableName=refs["Table"], Key=PARKED_KEY, ConsistentRead=True).get("Item")
         self.lost = LostAnswers(client)
         self.model = Model()
         self.engine = Engine(
@@ -290,6 +292,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.versions_seen: dict[str, int] = {}
         self.deaths = 0
         self.redrives_in_backlog = 0
+        self.parkings = 0
 
     # ----------------------------------------------------------------- rules
 
@@ -394,10 +397,17 @@ class EngineMachine(RuleBasedStateMachine):
         ``backlog_patience_leases`` a waiting message is deliberately taken as lost)."""
         waiting = set()
         sweep_at = self.clock.now() + CONFIG.lease_seconds
-        patience = CONFIG.backlog_patience_leases * CONFIG.lease_seconds
+        # The next sweep notes the DLQ's count: a change since the last note dates from that
+        # sweep, and shortens the patience of the messages sent before it (DESIGN: "Only a
+        # parking after the message was sent shortens the patience").
+        note = self.note() if self.queue.dead else None
+        since = None if not self.queue.dead else sweep_at
+        if note is not None and int(note["count"]["N"]) == len(self.queue.dead):
+            since = float(note["changed_at"]["N"])
         for m in self.queue.visible():
             msg = StepMessage.decode(m.body)
             ex = self.store.inner.get_execution(msg.execution_id)
+            patience = backlog_patience(CONFIG, may_be_parked(ex, since)) if ex is not None else 0.0
             if (
                 ex is not None
                 and ex.status is Status.RUNNING
@@ -432,6 +442,16 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([1, 5, 30, 121, 400, 1000, 3600]))
     def clock_jump(self, seconds: float) -> None:
         self.clock.advance(seconds)
+
+    @rule(pick=st.integers(0, 20))
+    def park_message(self, pick: int) -> None:
+        """SQS moves a message to the DLQ after ``maxReceiveCount`` receives: no backlog will
+        deliver it, and the sweeper must still re-drive its execution (checked at the end:
+        every execution terminal)."""
+        if self.queue.messages:
+            parked = self.queue.messages.pop(pick % len(self.queue.messages))
+            self.queue.dead.append({"parked_by_sqs": parked.body})
+            self.parkings += 1
 
     @rule(pick=st.integers(0, 20))
     def lose_message(self, pick: int) -> None:
@@ -599,6 +619,7 @@ class EngineMachine(RuleBasedStateMachine):
     def _check_final(self) -> None:
         event(f"worker deaths: {min(self.deaths, 3)}{'+' if self.deaths >= 3 else ''}")
         event(f"redrives during backlogs: {min(self.redrives_in_backlog, 3)}")
+        event(f"messages parked by SQS: {min(self.parkings, 2)}")
         self.states_are_consistent()
         self.at_most_once_steps_never_ran_twice_within_an_attempt()
         for execution_id in self.ids:
