@@ -200,7 +200,7 @@ def grants(tpl: Template, logical_id: str) -> dict[str, set[str]]:
 
 def test_policies_are_least_privilege_and_enough(tpl: Template) -> None:
     worker = grants(tpl, "WorkerFunction")
-    assert worker["Table"] == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    assert worker["Table"] == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}
     assert {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"} <= worker["StepQueue"]
     assert {"sqs:SendMessage", "sqs:ChangeMessageVisibility"} <= worker["StepQueue"]
     assert worker["DeadLetterQueue"] == {"sqs:SendMessage"}
@@ -209,11 +209,11 @@ def test_policies_are_least_privilege_and_enough(tpl: Template) -> None:
     assert sweeper["Table/GSI1"] == {"dynamodb:Query"} and "Table/GSI2" not in sweeper
     # GetQueueAttributes: the backlog that tells a waiting message from a lost one (bug 5).
     assert sweeper["StepQueue"] == {"sqs:SendMessage", "sqs:GetQueueAttributes"}
-    assert sweeper["DeadLetterQueue"] == {"sqs:SendMessage"}
+    assert sweeper["DeadLetterQueue"] == {"sqs:SendMessage", "sqs:GetQueueAttributes"}  # the parked count
 
     api = grants(tpl, "ControlPlaneFunction")
     assert api["Table/GSI2"] == {"dynamodb:Query"} and "Table/GSI1" not in api
-    assert {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem"} <= api["Table"]
+    assert {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= api["Table"]
     assert api["StepQueue"] == {"sqs:SendMessage"}
     assert api["DeadLetterQueue"] == {
         "sqs:ReceiveMessage",
