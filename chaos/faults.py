@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from chaos.target import Target
@@ -84,14 +84,34 @@ def purge(target: Target) -> None:
     target.sqs.purge_queue(QueueUrl=target.queue_url)
 
 
-def wait_drained(target: Target, timeout: float) -> dict[str, int]:
-    """Poll until the step queue holds nothing (visible, in flight or delayed); the last depth seen."""
-    deadline = time.monotonic() + timeout
+def wait_drained(
+    target: Target,
+    timeout: float,
+    *,
+    limit: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
+) -> dict[str, int]:
+    """Poll until the step queue holds nothing (visible, in flight or delayed); the last depth seen.
+
+    With ``limit``, ``timeout`` counts from the last time the depth fell to a new low, up to
+    ``limit`` seconds in all: a thousand executions leave a long tail of stale copies that
+    takes longer than ``timeout`` to work off, while a message that circulates keeps the
+    depth from falling and is still caught after ``timeout``.
+    """
+    began = clock()
+    deadline = began + timeout
+    lowest: int | None = None
     while True:
         depth = queue_depth(target)
-        if not any(depth.values()) or time.monotonic() > deadline:
+        total = sum(depth.values())
+        now = clock()
+        if limit is not None and (lowest is None or total < lowest):
+            lowest = total
+            deadline = min(now + timeout, began + limit)
+        if not total or now > deadline:
             return depth
-        time.sleep(0.5)
+        pause(0.5)
 
 
 def docker_kill_container(host: str = "", *, client: Any = None, limit: int = 1) -> list[str]:

@@ -148,6 +148,8 @@ class SoakSummary:
     # a key beyond its first, duplicates the ledger absorbed, writes the history does not
     # name (start marks, reclaims, postponements) and messages left in the dead-letter queue.
     figures: dict[str, int] = field(default_factory=dict)
+    # Seconds the step queue took to empty once every execution had ended (stale copies).
+    drain_seconds: float | None = None
 
     def render(self) -> str:
         lines = [
@@ -165,6 +167,8 @@ class SoakSummary:
         p50 = "-" if self.recovery_p50 is None else f"{self.recovery_p50:.1f}s"
         p99 = "-" if self.recovery_p99 is None else f"{self.recovery_p99:.1f}s"
         lines.append(f"recovery time p50={p50} p99={p99}")
+        if self.drain_seconds is not None:
+            lines.append(f"step queue drained {self.drain_seconds:.0f}s after the last execution ended")
         if self.figures:
             lines.append("figures: " + ", ".join(f"{k}={v}" for k, v in self.figures.items()))
         return "\n".join(lines)
@@ -185,6 +189,7 @@ class SoakSummary:
                 "p50": self.recovery_p50,
                 "p99": self.recovery_p99,
                 "incidents": list(self.incidents),
+                "drain_seconds": self.drain_seconds,
             },
         )
 
@@ -320,7 +325,9 @@ def run_soak(
         summary.incidents = list(injector.incidents)
         if target.proxy is not None:
             target.proxy.calm()
-        depth = faults.wait_drained(target, 30)
+        drain_began = time.time()
+        depth = faults.wait_drained(target, 30, limit=max(60.0, 0.5 * executions))
+        summary.drain_seconds = round(time.time() - drain_began, 1)
         if any(depth.values()):
             summary.violations.append(f"messages still circulating in the step queue: {depth}")
     statuses: Counter[str] = Counter()

@@ -100,3 +100,39 @@ def test_the_soak_tallies_runs_repeats_and_absorbed_duplicates_from_the_ledger()
     }
     summary = SoakSummary(seed=1, digest="d", executions=2, planned={}, figures={"step_runs": 4, "dlq_messages": 0})
     assert "figures: step_runs=4, dlq_messages=0" in summary.render()
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def pause(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def drained_after(monkeypatch, depths: list[int], **kwargs) -> tuple[int, float]:
+    """wait_drained over a queue whose depth goes through ``depths`` (then stays at the last)."""
+    from chaos import faults
+
+    t = FakeTime()
+    seq = iter(depths)
+    last = {"n": depths[0]}
+
+    def depth(_target) -> dict[str, int]:
+        last["n"] = next(seq, last["n"])
+        return {"Visible": last["n"], "NotVisible": 0, "Delayed": 0}
+
+    monkeypatch.setattr(faults, "queue_depth", depth)
+    left = faults.wait_drained(None, 30, clock=lambda: t.now, pause=t.pause, **kwargs)  # type: ignore[arg-type]
+    return sum(left.values()), t.now
+
+
+def test_a_long_tail_of_stale_copies_drains_while_a_circulating_message_is_still_caught(monkeypatch) -> None:
+    falling = list(range(1500, -1, -10))  # 10 fewer every half second: 75 s to empty
+    assert drained_after(monkeypatch, falling) == (890, 30.5), "a fixed 30 s gives up on a queue still emptying"
+    left, took = drained_after(monkeypatch, falling, limit=500)
+    assert left == 0 and took == 75.0
+    left, took = drained_after(monkeypatch, [5, 4, 3, 2, 1, 2, 1, 2, 1], limit=500)
+    assert left == 1 and took == 32.5, "stuck at one message: caught 30 s after its last new low"
+    left, took = drained_after(monkeypatch, falling, limit=40)
+    assert left > 0 and took == 40.5, "and never past the limit"
