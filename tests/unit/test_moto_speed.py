@@ -215,3 +215,92 @@ def test_dynamodb_answers_are_moto_s_and_wire_form_values_skip_the_shape_walk(mo
 )
 def test_only_values_the_serializer_would_copy_unchanged_are_wire_values(value: object, wire: bool) -> None:
     assert moto_speed.is_wire_value(value) is wire
+
+
+def query_answers() -> tuple[list[dict], int]:
+    """Queries of every shape the engine makes (and some it does not), over several partitions."""
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    ddb.create_table(
+        TableName="q",
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n in ("PK", "SK", "GSI2PK", "GSI2SK")],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "GSI2",
+                "KeySchema": [
+                    {"AttributeName": "GSI2PK", "KeyType": "HASH"},
+                    {"AttributeName": "GSI2SK", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for e in range(30):
+        ddb.put_item(
+            TableName="q",
+            Item={"PK": {"S": f"EXEC#{e}"}, "SK": {"S": "#META"}, "GSI2PK": {"S": "ALL"}, "GSI2SK": {"S": f"{e:03d}"}},
+        )
+        for s in range(6):
+            ddb.put_item(
+                TableName="q", Item={"PK": {"S": f"EXEC#{e}"}, "SK": {"S": f"STEP#{s:03d}"}, "n": {"N": str(s)}}
+            )
+    key = {":p": {"S": "EXEC#7"}}
+    asks = [
+        {"KeyConditionExpression": "PK = :p", "ExpressionAttributeValues": key},
+        {
+            "KeyConditionExpression": "PK = :p AND begins_with(SK, :s)",
+            "ExpressionAttributeValues": {**key, ":s": {"S": "STEP#"}},
+        },
+        {"KeyConditionExpression": "PK = :p", "ExpressionAttributeValues": key, "ScanIndexForward": False, "Limit": 4},
+        {
+            "KeyConditionExpression": "PK = :p AND SK > :s",
+            "FilterExpression": "n < :m",
+            "ExpressionAttributeValues": {**key, ":s": {"S": "STEP#002"}, ":m": {"N": "5"}},
+        },
+        {"KeyConditionExpression": "PK = :p", "ExpressionAttributeValues": {":p": {"S": "EXEC#none"}}},
+        {"KeyConditionExpression": "PK = :p", "ExpressionAttributeValues": key, "ProjectionExpression": "SK"},
+        {
+            "IndexName": "GSI2",
+            "KeyConditionExpression": "GSI2PK = :a",
+            "ExpressionAttributeValues": {":a": {"S": "ALL"}},
+            "Limit": 7,
+        },
+    ]
+    answers = []
+    for ask in asks:
+        answer = ddb.query(TableName="q", **ask)
+        answer.pop("ResponseMetadata")
+        answers.append(answer)
+    page = ddb.query(TableName="q", KeyConditionExpression="PK = :p", ExpressionAttributeValues=key, Limit=3)
+    pages = 1
+    while "LastEvaluatedKey" in page:  # paging through a partition with its own cursor
+        page = ddb.query(
+            TableName="q",
+            KeyConditionExpression="PK = :p",
+            ExpressionAttributeValues=key,
+            Limit=3,
+            ExclusiveStartKey=page["LastEvaluatedKey"],
+        )
+        pages += 1
+    return answers, pages
+
+
+def test_a_table_query_reads_one_partition_and_answers_as_moto_does(monkeypatch) -> None:
+    with mock_aws():
+        moto_s = query_answers()
+    assert [len(a["Items"]) for a in moto_s[0]] == [7, 6, 4, 2, 0, 7, 7] and moto_s[1] == 3
+    from moto.dynamodb.models.table import Table
+
+    seen = {"partitions": 0}
+    real = moto_speed._Partition.__init__
+
+    def counted(self, table, hash_key) -> None:
+        seen["partitions"] += 1
+        real(self, table, hash_key)
+
+    monkeypatch.setattr(moto_speed._Partition, "__init__", counted)
+    monkeypatch.setattr(Table, "query", moto_speed.query_partition)
+    with mock_aws():
+        assert query_answers() == moto_s
+    assert seen["partitions"] == 6 + 3, "every table query (not the index's) read one partition"
