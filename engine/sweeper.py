@@ -205,13 +205,14 @@ class Backlog:
                 # a guarded redrive, the long one a stranded execution).
                 engine_log().warning("sweep.parked_unknown", error=error_info(exc))
                 self._parked = 1
+                self._since = (self._now,)  # and as just changed: the note cannot be compared
         return self._parked
 
     def parked_since(self) -> float | None:
         """Since when the dead-letter queue has held what it holds, as far as sweeps have seen
         (the store keeps the count a sweep last saw change); None while it holds nothing."""
+        count = self.parked()
         if self._since is None:
-            count = self.parked()
             try:
                 since = self._parts.store.note_parked(count, self._now)
             except LoomError as exc:

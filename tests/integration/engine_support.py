@@ -161,7 +161,7 @@ class SpyQueue:
         self.backlog_says: int | None = None
         self.backlog_asked = 0
         # What parked() answers instead of the dead-letter queue's own count.
-        self.parked_says: int | None = None
+        self.parked_says: int | Exception | None = None
 
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
         if self.fail_sends:
@@ -189,6 +189,8 @@ class SpyQueue:
         return self.inner.backlog() if self.backlog_says is None else self.backlog_says
 
     def parked(self) -> int:
+        if isinstance(self.parked_says, Exception):
+            raise self.parked_says
         return self.inner.parked() if self.parked_says is None else self.parked_says
 
     def change_visibility_many(self, receipt_handles: Sequence[str], timeout_seconds: int) -> list[str]:

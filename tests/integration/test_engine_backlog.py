@@ -13,6 +13,7 @@ import json
 import pytest
 
 from engine import Execution, Registry, Status, shard_of, sleep
+from engine.errors import TransientError
 from engine.messages import MessageKind
 from tests.integration.engine_support import add_workflow
 
@@ -178,6 +179,21 @@ def test_a_parking_costs_each_waiting_execution_one_redrive_not_one_every_short_
     assert [rig.status(f"w{i}") for i in range(EXECUTIONS)] == ["COMPLETED"] * EXECUTIONS
     assert all(rec.count(f"w{i}", k) == 1 for i in range(EXECUTIONS) for k in (0, 1)), "a step ran twice"
     assert probe.overlaps == []
+
+
+def test_an_unanswered_dead_letter_count_is_taken_as_a_parking_just_now(rig):
+    """The DLQ's count cannot be read (throttled, or a role without the grant): its messages
+    may be new, so the note of an old count is not believed and the short patience holds."""
+    for i in range(EXECUTIONS):
+        rig.engine.start("two", {}, execution_id=f"u{i}")
+    cfg = rig.engine.config
+    rig.store.inner.note_parked(1, rig.clock.now() - 1000)  # an old parking, before these messages
+    rig.queue.parked_says = TransientError("DLQ count throttled")
+    rig.clock.advance(cfg.parked_patience_leases * cfg.lease_seconds + 1)
+    assert rig.engine.sweep().redriven == EXECUTIONS
+    rig.queue.parked_says = 1  # answered again, and unchanged since that old note: the long patience
+    rig.clock.advance(cfg.parked_patience_leases * cfg.lease_seconds + 1)
+    assert rig.engine.sweep().redriven == 0
 
 
 def test_an_empty_dead_letter_queue_keeps_the_long_patience(rig):
