@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -36,6 +37,11 @@ class Watcher:
         self._trails: dict[str, list[Snapshot]] = {}
         self._latest: dict[str, Execution] = {}
         self._done: set[str] = set()
+        # Reads are numbered before they are sent, and an execution keeps the number of the read
+        # it last recorded: a read that began before that one may hold an older item, and
+        # recording it after the newer one would show a version going backwards that never did.
+        self._reads = itertools.count(1)
+        self._recorded_read: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-watcher", daemon=True)
@@ -62,13 +68,21 @@ class Watcher:
 
     def poll(self, execution_id: str) -> Execution | None:
         """Read one execution now and record it."""
+        read = self._next_read()
         ex = self._target.get(execution_id)
         if ex is not None:
-            self._record(ex)
+            self._record(ex, read)
         return ex
 
-    def _record(self, ex: Execution) -> None:
+    def _next_read(self) -> int:
         with self._lock:
+            return next(self._reads)
+
+    def _record(self, ex: Execution, read: int) -> None:
+        with self._lock:
+            if read < self._recorded_read.get(ex.id, 0):
+                return  # overtaken by a read that began later and is already recorded
+            self._recorded_read[ex.id] = read
             trail = self._trails.setdefault(ex.id, [])
             snap = Snapshot.of(ex)
             if not trail or trail[-1].version != snap.version or trail[-1].state() != snap.state():
@@ -101,8 +115,9 @@ class Watcher:
             if self._stop.is_set():
                 return
             try:
+                read = self._next_read()
                 for ex in many(pending[start : start + self.BATCH]):
-                    self._record(ex)
+                    self._record(ex, read)
             except Exception:  # an emulator hiccup must not end the observation
                 self.errors += 1
 

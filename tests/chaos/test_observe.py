@@ -56,3 +56,38 @@ def test_the_store_reads_executions_in_batches_of_a_hundred(aws) -> None:
         store.create_execution(execution(f"x{i}"))
     found = store.get_executions([f"x{i}" for i in range(150)] + ["missing"])
     assert sorted(ex.id for ex in found) == sorted(f"x{i}" for i in range(150))
+
+
+class SlowFirstRead:
+    """The first ``get`` reads the item, then stalls until told to answer: a read that began
+    earlier answers after a later one, as two pollers on one emulator can."""
+
+    def __init__(self) -> None:
+        self.item = execution("e", version=1)
+        self.first_read_taken = threading.Event()
+        self.answer_first = threading.Event()
+        self.calls = 0
+
+    def get(self, execution_id: str) -> Execution | None:
+        self.calls += 1
+        seen = self.item
+        if self.calls == 1:
+            self.first_read_taken.set()
+            assert self.answer_first.wait(10)
+        return seen
+
+
+def test_a_read_overtaken_by_a_later_one_is_not_recorded_as_newer() -> None:
+    target = SlowFirstRead()
+    w = Watcher(target)  # not started: the two readers are this test's threads
+    w.add("e")
+    slow = threading.Thread(target=w.poll, args=("e",))
+    slow.start()
+    assert target.first_read_taken.wait(10)
+    target.item = execution("e", Status.RUNNING, version=2)
+    w.poll("e")  # begins after the stalled read and answers first
+    target.answer_first.set()
+    slow.join(10)
+    assert [s.version for s in w.trail("e")] == [2], "the stalled read of version 1 came back after version 2"
+    latest = w.latest("e")
+    assert latest is not None and latest.version == 2
