@@ -12,7 +12,8 @@ For step i, attempt a of parent P:
    (first commit wins, then advance); FAILED or CANCELLED fails attempt a through the
    retry policy (a retry starts a fresh child, with the new attempt's id).
 
-Cancelling a parent cancels the child it waits for (and so on down).
+Cancelling a parent cancels the child it waits for, or the one its current step started before
+parking on it (and so on down).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec) -> Lin
     wait = Wait(WaitKind.CHILD, ex.current_step, ex.attempt, name=st.workflow, child_id=cid)
     parked = park(parts, ex, tr.waiting_state(ex, wait, parts.clock.now()))
     if parked is None:
+        _cancel_if_orphaned(parts, ex, cid)
         return LinkResult(OutcomeStatus.STALE)
     kid = parts.store.get_execution(cid)  # it may have ended before the park: no notice would find us
     if kid is not None and kid.terminal:
@@ -142,29 +144,56 @@ def notify_parent(parts: Parts, child: Execution) -> None:
 
 
 def cancel_children(parts: Parts, ex: Execution) -> None:
-    """After a parent is cancelled: cancel the child it waited for (and its children, recursively)."""
-    from engine import control, fan_children
+    """After a parent is cancelled: cancel the child it waited for, or the child its current
+    step may have started before parking on it (and their children, recursively)."""
+    from engine import fan_children
 
     fan_children.cancel_items(parts, ex)  # a fan-out step's running child items
+    for cid in _children_at_the_cancel(parts, ex):
+        _cancel_child(parts, ex, cid)
+
+
+def _children_at_the_cancel(parts: Parts, ex: Execution) -> list[str]:
+    """``ex`` is the parent as the cancel found it. Its worker starts a child before it parks
+    on it, so a RUNNING parent at a child step may already have one that no wait names yet."""
     w = ex.wait
-    if w is None or w.kind is not WaitKind.CHILD or w.child_id is None:
-        return
+    if w is not None and w.kind is WaitKind.CHILD and w.child_id is not None:
+        return [w.child_id]
+    if ex.status is Status.RUNNING and _at_child_step(parts, ex):
+        return [child_id(ex.id, ex.current_step, ex.attempt)]
+    return []
+
+
+def _at_child_step(parts: Parts, ex: Execution) -> bool:
     try:
-        control.cancel(parts, w.child_id)
+        spec = parts.registry.get(ex.workflow)
+    except LoomError:
+        return False
+    return ex.current_step < len(spec.steps) and isinstance(spec.steps[ex.current_step], ChildSpec)
+
+
+def _cancel_if_orphaned(parts: Parts, ex: Execution, cid: str) -> None:
+    """The park lost: if a cancel won, its cascade may have looked before this worker started
+    the child, so nobody else will stop it."""
+    latest = parts.store.get_execution(ex.id)
+    if latest is not None and latest.status in (Status.CANCELLED, Status.COMPENSATING):
+        _cancel_child(parts, latest, cid)
+
+
+def _cancel_child(parts: Parts, parent: Execution, cid: str) -> None:
+    from engine import control
+
+    try:
+        control.cancel(parts, cid)
     except LoomError as exc:
-        execution_log(ex).info("child.cancel_skipped", child_id=w.child_id, reason=exc.code)
+        execution_log(parent).info("child.cancel_skipped", child_id=cid, reason=exc.code)
 
 
 def cancel_running_children(parts: Parts, ex: Execution) -> None:
     """Cancel every child of a CANCELLED parent that is still running (a repeated cancel's cascade)."""
-    from engine import control
-
     for kid in children_of(parts, ex):
         if not Status(kid["status"]).terminal:
-            try:
-                control.cancel(parts, kid["id"])
-            except LoomError as exc:
-                execution_log(ex).info("child.cancel_skipped", child_id=kid["id"], reason=exc.code)
+            _cancel_child(parts, ex, kid["id"])
 
 
 def children_of(parts: Parts, ex: Execution) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from engine.children import child_id
 from engine.ports import FaultPoint
 from engine.workflow import NOT_YET, build_spec, child, wait_until
 from loom.testing import WorkerDied, WorkflowTest
+from loom.testing.runner import StillRunning
 from tests.integration.waits_support import Inbox, Runs, poller, registry
 
 pytestmark = pytest.mark.integration
@@ -161,6 +162,48 @@ def test_a_cancel_cut_short_before_its_child_is_finished_by_cancelling_again(t: 
     with pytest.raises(AlreadyTerminal):
         t.engine.cancel("p7")
     assert t.status(kid) == "CANCELLED"
+
+
+def test_cancelling_a_parent_whose_worker_died_before_parking_cancels_the_child_it_started(
+    t: WorkflowTest, runs: Runs
+) -> None:
+    """Failure table: 'parent cancelled after starting a child, before parking on it'. No wait
+    names the child yet; the cascade finds it by its deterministic id."""
+    original = t.engine.store.put_execution
+
+    def die_on_park(ex, **kw):
+        if ex.id == "p8" and ex.status.value == "WAITING":
+            raise WorkerDied("after the child's start, before the park")
+        return original(ex, **kw)
+
+    t.engine.store.put_execution = die_on_park  # type: ignore[method-assign]
+    t.start("family", {}, execution_id="p8")
+    with pytest.raises(StillRunning):
+        t.run("p8", max_deliveries=1)  # the parent's delivery only: the child's message waits
+    t.engine.store.put_execution = original  # type: ignore[method-assign]
+    kid = child_id("p8", 0, 1)
+    assert t.status("p8") == "RUNNING" and t.status(kid) == "RUNNING"
+    t.engine.cancel("p8")
+    t.run()
+    assert t.status("p8") == "CANCELLED" and t.status(kid) == "CANCELLED"
+    assert runs.count["kid_work"] == 0 and runs.count["after"] == 0
+
+
+def test_a_cancel_that_lands_before_the_child_is_started_still_stops_it(t: WorkflowTest, runs: Runs) -> None:
+    """The cancel's cascade looks before the parent's worker creates the child: that worker's
+    park then loses to the cancel, and it cancels the child it has just started."""
+    original = t.engine.store.create_execution
+
+    def cancel_first(ex):
+        if ex.id == child_id("p9", 0, 1):
+            t.engine.cancel("p9")
+        return original(ex)
+
+    t.engine.store.create_execution = cancel_first  # type: ignore[method-assign]
+    t.start("family", {}, execution_id="p9")
+    t.run()
+    assert t.status("p9") == "CANCELLED" and t.status(child_id("p9", 0, 1)) == "CANCELLED"
+    assert runs.count["kid_work"] == 0 and runs.count["after"] == 0
 
 
 def _fill(ctx) -> dict:
