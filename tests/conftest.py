@@ -9,14 +9,15 @@ from typing import Any
 import boto3
 import freezegun
 import pytest
-from moto import mock_aws
 
 from engine import Engine, EngineConfig, FakeClock, Registry, default_registry
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
 from engine.log import configure
-from loom.template import create_resources
+from loom.testing.moto_resources import moto_kept, template_resources
+
+pytest_plugins = ["tests.tiers"]
 
 REGION = "us-east-1"
 
@@ -38,17 +39,24 @@ def _fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     configure(os.environ.get("LOOM_TEST_LOG_LEVEL", "WARNING"))
 
 
+@pytest.fixture(scope="session")
+def aws_session() -> boto3.Session:
+    """One boto3 session for the run: its clients share botocore's loaded models (a client
+    from a new session costs ten times more)."""
+    return boto3.Session(region_name=REGION)
+
+
 @pytest.fixture
-def aws() -> Iterator[dict[str, Any]]:
-    """moto in-process with template.yaml's table and queues; yields the resolved refs plus clients."""
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        refs = create_resources(session)
+def aws(aws_session: boto3.Session) -> Iterator[dict[str, Any]]:
+    """moto in-process with template.yaml's table and queues, built once per run and emptied for
+    each test (loom.testing.moto_resources); yields the resolved refs plus clients."""
+    with moto_kept():
+        refs = template_resources(aws_session, only=True)
         yield {
             **refs,
-            "session": session,
-            "dynamodb": session.client("dynamodb"),
-            "sqs": session.client("sqs"),
+            "session": aws_session,
+            "dynamodb": aws_session.client("dynamodb"),
+            "sqs": aws_session.client("sqs"),
         }
 
 

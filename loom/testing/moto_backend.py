@@ -15,17 +15,18 @@ from engine.ports import Store
 
 def moto_store(resources: ExitStack, shards: int) -> Store:
     import boto3
-    from moto import mock_aws
 
     from engine.adapters.dynamodb import DynamoStore
-    from loom.template import create_resources
+    from loom.testing.moto_resources import moto_kept, template_resources
 
     # moto needs credentials to sign with; these never leave the process.
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
         os.environ.setdefault(name, value)
-    resources.enter_context(mock_aws())
+    # Kept, not reset: a mock the caller already runs keeps its own resources, and the next
+    # WorkflowTest empties the template's instead of building them again.
+    resources.enter_context(moto_kept())
     session = boto3.Session(region_name="us-east-1")
-    refs: dict[str, Any] = create_resources(session)
+    refs: dict[str, Any] = template_resources(session)
     return DynamoStore(session.client("dynamodb"), refs["Table"], shards)
 
 

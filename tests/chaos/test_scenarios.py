@@ -17,7 +17,7 @@ from chaos.runner import run_all
 from chaos.scenario import PASS, Result
 from chaos.target import Target
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

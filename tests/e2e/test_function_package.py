@@ -157,7 +157,6 @@ def test_up_refuses_a_stray_import_in_the_functions(tmp_path: Path):
     assert "No module named 'yaml'" in errors[0] and "requirements.txt" in errors[0]
 
 
-@pytest.mark.slow
 def test_a_workflow_module_outside_the_repository_runs_when_sources_lists_it(project: Path):
     state = project / ".loom"
     env = {**_no_sources_env(), "SOURCES": f"engine functions workflows {project / 'myapp'}"}

@@ -19,7 +19,7 @@ from loom.local import procs
 from loom.local.client import LocalApi, call
 from tests.e2e.support import loom, stack_info, start, status_of, wait_for, wait_status
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e]
 
 
 def _up(state_dir: Path, *extra: str) -> tuple[dict[str, Any], str]:

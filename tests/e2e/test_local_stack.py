@@ -22,7 +22,7 @@ from tests.e2e.support import (
     wait_status,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e]
 
 WORKER_TIMEOUT = 12  # seconds: above the engine's 10 s chain reserve, short enough to watch a kill
 

@@ -17,7 +17,7 @@ from loom.bench import scenarios
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 
-pytestmark = [pytest.mark.integration, pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.server]
 
 N, STEPS = 3, 4
 

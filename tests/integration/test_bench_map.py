@@ -14,7 +14,7 @@ import pytest
 from loom.bench import fanout
 from loom.bench.inprocess import BenchStack
 
-pytestmark = [pytest.mark.integration, pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.server]
 
 ITEMS, WINDOW = 12, 4
 

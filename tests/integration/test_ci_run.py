@@ -1,5 +1,6 @@
 """.ci/run installs chromium and chromedriver (apt-get, non-interactive) when it runs as root and
-they are missing, then hands over to scripts/test: CI always runs the console's browser tests."""
+they are missing, then runs scripts/test's two tiers (default, then --slow): CI always runs the
+console's browser tests, and every test."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_as_root_without_a_browser_it_installs_chromium_then_runs_the_tests(tmp_
     assert install[:2] == ["apt-get", "install"] and "-y" in install and "-qq" in install
     assert {"chromium", "chromium-driver"} <= set(install)
     assert calls[1].endswith("DEBIAN_FRONTEND=noninteractive")
-    assert calls[2] == "scripts/test -k console"  # then the tests, with the arguments passed on
+    # then both tiers, with the arguments passed on
+    assert calls[2:] == ["scripts/test -k console", "scripts/test --slow -k console"]
 
 
 def test_a_missing_driver_alone_is_installed_too(tmp_path: Path) -> None:
@@ -76,10 +78,17 @@ def test_not_root_or_already_installed_installs_nothing(tmp_path: Path, uid: int
     repo, log = sandbox(tmp_path, uid=uid, present=present)
     done = run(repo, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines() == ["scripts/test -k console"]
+    assert log.read_text().splitlines() == ["scripts/test -k console", "scripts/test --slow -k console"]
 
 
-def test_the_real_script_is_executable_and_ends_in_scripts_test() -> None:
+def test_a_failing_default_tier_fails_the_run_before_the_slow_tier(tmp_path: Path) -> None:
+    repo, log = sandbox(tmp_path, uid=1000, present=())
+    (repo / "scripts" / "test").write_text(f'#!/bin/sh\necho "scripts/test $*" >> {log}\nexit 3\n')
+    done = run(repo, tmp_path)
+    assert done.returncode == 3 and log.read_text().splitlines() == ["scripts/test -k console"]
+
+
+def test_the_real_script_is_executable_and_ends_in_both_tiers() -> None:
     script = ROOT / ".ci" / "run"
     assert os.access(script, os.X_OK)
-    assert script.read_text().rstrip().splitlines()[-1] == 'exec ./scripts/test "$@"'
+    assert script.read_text().rstrip().splitlines()[-2:] == ['./scripts/test "$@"', './scripts/test --slow "$@"']

@@ -12,16 +12,17 @@ import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from moto import mock_aws
 
 from engine.adapters.dynamodb import DynamoStore
 from engine.errors import ConflictError
 from engine.history_rules import HistoryRule, commit_refused_by, failure_refused_by
 from engine.state import Attempt, AttemptOutcome, StepRecord, StepStatus
-from loom.template import create_resources
+from loom.testing.moto_resources import moto_kept, template_resources
 from tests.integration.engine_support import LostAnswers, WriteKind
 
 pytestmark = pytest.mark.integration
+
+SESSION = boto3.Session(region_name="us-east-1")  # its clients share botocore's loaded models
 
 WRITE = st.tuples(
     st.sampled_from(["commit", "retrying", "final"]), st.integers(min_value=1, max_value=4), st.booleans()
@@ -31,10 +32,9 @@ WRITE = st.tuples(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(writes=st.lists(WRITE, min_size=1, max_size=8))
 def test_the_adapter_enforces_exactly_the_history_rules(writes: list[tuple[str, int, bool]]) -> None:
-    with mock_aws():
-        session = boto3.Session(region_name="us-east-1")
-        refs = create_resources(session)
-        client = session.client("dynamodb")
+    with moto_kept():
+        refs = template_resources(SESSION, only=True)
+        client = SESSION.client("dynamodb")
         store, lost = DynamoStore(client, refs["Table"], 4), LostAnswers(client)
         expected: list[int] = []  # the attempt numbers the history should hold, in order
         for kind, number, lose_answer in writes:

@@ -29,7 +29,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from moto import mock_aws
 
 from engine import (
     Engine,
@@ -52,12 +51,14 @@ from engine.ports import FAULT_POINTS
 from engine.state import AttemptOutcome
 from engine.sweeper import backlog_patience, may_be_parked
 from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, child, wait_for_callback, wait_for_signal
-from loom.template import create_resources
+from loom.testing.moto_resources import moto_kept, template_resources
 from tests.integration.engine_support import Crash, CrashAt, LostAnswers, WatchedStore, WriteKind, add_workflow
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration]
 
 REGION = "us-east-1"
+# One session for every example: its clients share botocore's loaded models.
+SESSION = boto3.Session(region_name=REGION)
 # A dead worker's messages come back after the queue's visibility timeout (template: 360 s).
 VISIBILITY = 360.0
 DEATHS = [*FAULT_POINTS, "after_commit", "in_step"]
@@ -265,10 +266,10 @@ class ModelQueue:
 class EngineMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.mock = mock_aws()
-        self.mock.start()
-        session = boto3.Session(region_name=REGION)
-        refs = create_resources(session)
+        self.mock = moto_kept()
+        self.mock.__enter__()
+        session = SESSION
+        refs = template_resources(session, only=True)
         self.clock = FakeClock()
         self.queue = ModelQueue(self.clock)
         self.faults = CrashAt()
@@ -592,7 +593,7 @@ class EngineMachine(RuleBasedStateMachine):
             self._drive_to_quiescence()
             self._check_final()
         finally:
-            self.mock.stop()
+            self.mock.__exit__(None, None, None)
 
     def _drive_to_quiescence(self) -> None:
         self.faults.disarm()
@@ -757,14 +758,27 @@ class EngineMachine(RuleBasedStateMachine):
             assert consumed == sorted(named), f"consumed {consumed}, committed {named}"
 
 
-def test_engine_invariants_hold_under_random_interleavings():
+def _explore(examples: int, *, derandomize: bool) -> None:
     run_state_machine_as_test(
         EngineMachine,
         settings=settings(
-            max_examples=25,
+            max_examples=examples,
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             database=None,
+            derandomize=derandomize,
         ),
     )
+
+
+def test_engine_invariants_hold_under_random_interleavings():
+    """The default tier: the same 8 interleavings every run (a red run is a real finding, never
+    a new draw), each up to 40 rules long."""
+    _explore(8, derandomize=True)
+
+
+@pytest.mark.slow
+def test_engine_invariants_hold_under_a_long_random_exploration():
+    """The slow tier (``./scripts/test --slow``): 60 fresh random interleavings."""
+    _explore(60, derandomize=False)

@@ -263,7 +263,6 @@ def test_sam_transform_generates_the_event_source_mapping_and_schedule() -> None
     assert {p["Runtime"] for p in functions.values()} == {"python3.12"}
 
 
-@pytest.mark.slow
 def test_sam_validate_lint_passes() -> None:
     sam = sam_binary()
     if sam is None:
@@ -300,7 +299,6 @@ def python312() -> str | None:
     return None
 
 
-@pytest.mark.slow
 def test_sam_build_packages_only_the_function_code(tmp_path: Path) -> None:
     sam = sam_binary()
     if sam is None:
