@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 
-from chaos.observe import Watcher
+from chaos.observe import Watcher, wait_for
 from chaos.scenario import Result, Scenario, main_for, new_id, verify
 from chaos.target import THROTTLE, Target
 
@@ -30,8 +30,7 @@ def run(t: Target, r: Result) -> None:
             t.start("pipeline", {"chaos": {"hold": {f"stage_{k}": 0.1 for k in range(10)}}}, eid)
         proxy.throttle(SHARE, WINDOW)
         opened = time.time()
-        while proxy.active:
-            time.sleep(0.2)
+        wait_for(lambda: not proxy.active, timeout=WINDOW + 60, what="the throttling window to close", poll=0.2)
         calm_at = time.time()
         w.wait(ids, timeout=120)
         recovered = time.time()

@@ -55,7 +55,9 @@ def test_an_invocation_under_way_finishes_on_its_code_then_its_process_is_replac
         results = []
         busy = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
         busy.start()
+        deadline = time.monotonic() + 15
         while not pool._idle.empty():  # wait until the only process is taken
+            assert time.monotonic() < deadline, "the invocation never took the pool's process"
             time.sleep(0.01)
         pool.recycle()
         busy.join(timeout=30)
