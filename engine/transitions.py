@@ -184,7 +184,11 @@ def postponed_state(ex: Execution, now: float, cfg: EngineConfig, patience: floa
 
 
 def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
-    """A FAILED execution gets a fresh round of attempts at the step that failed."""
+    """A FAILED execution gets a fresh round of attempts at the step that failed.
+
+    A failed catch handler is part of its step's failure: the round runs the step again
+    (``catching`` cleared), and its handler only if the step fails for good again; keeping
+    ``catching`` would fail the round at once on the handler's FAILED record."""
     return ex.evolve(
         now,
         status=Status.RUNNING,
@@ -194,6 +198,7 @@ def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
         started_attempt=0,
         ready_at=None,
         wait=None,
+        catching=None,
         next_wake_at=lease(None, now, cfg),
     )
 
