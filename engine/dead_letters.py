@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.error_report import error_info
 from engine.errors import LoomError, MalformedMessage
 from engine.messages import MessageKind, StepMessage
-from engine.state import Status
+from engine.state import Execution, Status, WaitKind
 
 if TYPE_CHECKING:
     from engine.runtime import Engine
@@ -71,7 +71,8 @@ class RedriveResult:
     kind: str
     execution_id: str | None
     # redriven: FAILED execution given a new round of attempts
-    # resent: RUNNING execution, a guarded message for its current step was sent
+    # resent: RUNNING execution, a guarded message for its current step was sent; or an
+    #         execution WAITING on a child, its end notice was sent (``child_notice``)
     # dropped: nothing left to do (deleted from the DLQ), see ``reason``
     # kept: left in the DLQ (not a Loom execution message, or the action failed)
     action: str
@@ -135,6 +136,16 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
             engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE))
             handled.add(execution_id)
             return result("resent", f"still RUNNING; sent a message for step {ex.current_step}", ex.status.value)
+        notice = child_notice(ex)
+        if notice is not None:
+            # A parked end notice of its child (throttling outlasted maxReceiveCount): nothing else
+            # would wake it. The notice is a pointer: the runner reads the child, a running one
+            # changes nothing.
+            engine.queue.send(notice)
+            handled.add(execution_id)
+            return result(
+                "resent", f"WAITING on child {ex.wait.child_id if ex.wait else ''}; sent its notice", ex.status.value
+            )
         if ex.status is Status.COMPENSATION_FAILED:
             # Undoing again could undo twice what a person may already have fixed by hand.
             reason = "COMPENSATION_FAILED: its error names the cause and the failed compensation; not re-driven"
@@ -144,6 +155,14 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
         return result("dropped", f"the execution is already {ex.status.value}", ex.status.value)
     except LoomError as exc:
         return result("kept", f"{exc.code}: {error_info(exc)['message']}")
+
+
+def child_notice(ex: Execution) -> StepMessage | None:
+    """The notice that wakes an execution WAITING on a child, for its wait's (step, attempt)."""
+    w = ex.wait
+    if ex.status is not Status.WAITING or w is None or w.kind is not WaitKind.CHILD:
+        return None
+    return StepMessage(ex.id, w.step, w.attempt, MessageKind.CHILD_DONE)
 
 
 def summarize(results: Iterable[RedriveResult]) -> dict[str, int]:

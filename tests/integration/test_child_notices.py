@@ -1,0 +1,56 @@
+"""A child's end notice to its parent on moto: one that SQS parked in the DLQ, one whose sends
+fail. Whatever happens to the notice, the parent wakes once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engine import Registry, RetryPolicy, step
+from engine.adapters.dlq import SqsDeadLetters
+from engine.children import child_id
+from engine.dead_letters import redrive
+from engine.workflow import child
+from tests.integration.engine_support import add_workflow
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def reg(rec):
+    reg = Registry()
+    add_workflow(reg, "kid", [step(rec.step("kid_work", lambda ctx: {"kid_out": 42}))])
+    add_workflow(reg, "family", [child("kid"), rec.step("after")], retry=RetryPolicy(max_attempts=1))
+    return reg
+
+
+def notices(rig) -> list[dict[str, Any]]:
+    """Take every queued message off the step queue; return those that are child notices."""
+    found = []
+    for m in rig.driver.receive(10):
+        rig.driver.delete(m)
+        body = json.loads(m["Body"])
+        if body.get("kind") == "child_done":
+            found.append(body)
+    return found
+
+
+def start_until_the_childs_end(rig, eid: str) -> None:
+    """The parent parks on its child; the child runs to its end and sends its notice."""
+    rig.engine.start("family", {}, execution_id=eid)
+    rig.driver.deliver(rig.driver.receive(1))  # the parent starts the child and parks WAITING
+    assert rig.status(eid) == "WAITING"
+    rig.driver.deliver(rig.driver.receive(1))  # the child's step: the child ends, its notice is sent
+    assert rig.status(child_id(eid, 0, 1)) == "COMPLETED"
+
+
+def test_a_parked_child_notice_is_resent_by_the_dlq_redrive_and_wakes_the_parent(rig, rec):
+    start_until_the_childs_end(rig, "n1")
+    (notice,) = notices(rig)  # as if throttling outlasted maxReceiveCount: SQS parks it
+    rig.aws["sqs"].send_message(QueueUrl=rig.aws["DeadLetterQueue"], MessageBody=json.dumps(notice))
+    (result,) = redrive(rig.engine, SqsDeadLetters(rig.aws["sqs"], rig.aws["DeadLetterQueue"]), 10)
+    assert (result.kind, result.execution_id, result.action) == ("step", "n1", "resent"), result.reason
+    rig.driver.pump()  # no sweep: the redrive's message alone wakes the parent
+    assert rig.status("n1") == "COMPLETED" and rec.count("n1") == 1
