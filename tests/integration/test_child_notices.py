@@ -54,3 +54,22 @@ def test_a_parked_child_notice_is_resent_by_the_dlq_redrive_and_wakes_the_parent
     assert (result.kind, result.execution_id, result.action) == ("step", "n1", "resent"), result.reason
     rig.driver.pump()  # no sweep: the redrive's message alone wakes the parent
     assert rig.status("n1") == "COMPLETED" and rec.count("n1") == 1
+
+
+def test_a_child_stays_indexed_until_its_notice_is_sent_and_the_parent_wakes(rig, rec):
+    rig.engine.start("family", {}, execution_id="n2")
+    rig.driver.deliver(rig.driver.receive(1))  # the parent starts the child and parks WAITING
+    rig.queue.fail_sends = 1  # the child's own notice fails
+    rig.driver.deliver(rig.driver.receive(1))
+    kid = child_id("n2", 0, 1)
+    assert rig.status(kid) == "COMPLETED" and not notices(rig)
+    rig.clock.advance(rig.engine.config.lease_seconds * 2)
+    rig.queue.fail_sends = 1  # and so does the sweeper's first re-send
+    report = rig.engine.sweep()
+    assert rig.engine.get(kid).next_wake_at is not None, "still indexed: the next sweep sends it"
+    assert report.errors == 1, "a notice not sent is the sweep's error"
+    rig.clock.advance(rig.engine.config.lease_seconds * 2)
+    rig.engine.sweep()
+    rig.driver.pump()
+    assert rig.status("n2") == "COMPLETED" and rec.count("n2") == 1
+    assert rig.engine.get(kid).next_wake_at is None, "un-indexed once its notice went out"
