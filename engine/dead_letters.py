@@ -9,7 +9,7 @@ where that execution is now, not on what the message says.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -127,6 +127,8 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
         ex = engine.store.get_execution(execution_id)
         if ex is None:
             return result("dropped", "no such execution")
+        if ex.status is Status.FAILED and ex.parent is not None:
+            return _redrive_child(engine, ex, handled, result)
         if ex.status is Status.FAILED:
             new = engine.redrive_failed(execution_id)
             handled.add(execution_id)
@@ -155,6 +157,26 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
         return result("dropped", f"the execution is already {ex.status.value}", ex.status.value)
     except LoomError as exc:
         return result("kept", f"{exc.code}: {error_info(exc)['message']}")
+
+
+def _redrive_child(
+    engine: Engine, kid: Execution, handled: set[str], result: Callable[..., RedriveResult]
+) -> RedriveResult:
+    """A FAILED child is its parent's to redo: reviving it would run its work for nobody (the
+    parent's attempt has failed already) while the parent's retry starts a fresh child under a
+    new id. So a FAILED parent is re-driven instead (once per pass), and any other is left alone."""
+    parent_id = str((kid.parent or {}).get("id", ""))
+    if parent_id in handled:
+        return result("dropped", f"a child: its parent {parent_id} was re-driven in this pass", kid.status.value)
+    parent = engine.store.get_execution(parent_id)
+    if parent is None or parent.status is not Status.FAILED:
+        state = "gone" if parent is None else parent.status.value
+        return result("dropped", f"a child: its parent {parent_id} ({state}) decides, not re-driven", kid.status.value)
+    if parent.parent is not None:
+        return _redrive_child(engine, parent, handled, result)
+    new = engine.redrive_failed(parent.id)
+    handled.add(parent.id)
+    return result("redriven", f"a child: its parent {parent.id} was re-driven instead", new.status.value)
 
 
 def child_notice(ex: Execution) -> StepMessage | None:

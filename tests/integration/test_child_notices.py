@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, RetryPolicy, step
+from engine import NonRetryableError, Registry, RetryPolicy, step
 from engine.adapters.dlq import SqsDeadLetters
 from engine.children import child_id
 from engine.dead_letters import redrive
 from engine.workflow import child
-from tests.integration.engine_support import add_workflow
+from tests.integration.engine_support import add_workflow, dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,24 @@ def reg(rec):
     reg = Registry()
     add_workflow(reg, "kid", [step(rec.step("kid_work", lambda ctx: {"kid_out": 42}))])
     add_workflow(reg, "family", [child("kid"), rec.step("after")], retry=RetryPolicy(max_attempts=1))
+
+    def shaky(ctx):
+        if broken:
+            raise NonRetryableError("the service is down")
+
+    add_workflow(reg, "shaky_kid", [step(rec.step("shaky_work", shaky))], retry=RetryPolicy(max_attempts=1))
+    add_workflow(reg, "shaky_family", [child("shaky_kid"), rec.step("after")], retry=RetryPolicy(max_attempts=1))
     return reg
+
+
+broken = True  # the shaky child's cause; a test that fixes it sets it back (``fixed``)
+
+
+@pytest.fixture
+def fixed():
+    global broken
+    yield
+    broken = True
 
 
 def notices(rig) -> list[dict[str, Any]]:
@@ -73,3 +90,23 @@ def test_a_child_stays_indexed_until_its_notice_is_sent_and_the_parent_wakes(rig
     rig.driver.pump()
     assert rig.status("n2") == "COMPLETED" and rec.count("n2") == 1
     assert rig.engine.get(kid).next_wake_at is None, "un-indexed once its notice went out"
+
+
+def test_one_dlq_redrive_of_a_failed_parent_and_its_failed_child_runs_the_childs_work_once(rig, rec, fixed):
+    global broken
+    rig.engine.start("shaky_family", {}, execution_id="n3")
+    rig.driver.pump()
+    old_kid = child_id("n3", 0, 1)
+    assert rig.status("n3") == "FAILED" and rig.status(old_kid) == "FAILED"
+    parked = dead_letters(rig.aws)
+    assert sorted(p["execution_id"] for p in parked) == ["n3", old_kid]
+    for body in parked:  # back in the DLQ, the child's record first
+        rig.aws["sqs"].send_message(QueueUrl=rig.aws["DeadLetterQueue"], MessageBody=json.dumps(body))
+    broken = False  # the cause is gone
+    results = redrive(rig.engine, SqsDeadLetters(rig.aws["sqs"], rig.aws["DeadLetterQueue"]), 10)
+    assert {r.action for r in results} <= {"redriven", "dropped"} and len(results) == 2
+    rig.driver.pump()
+    assert rig.status("n3") == "COMPLETED" and rec.count("n3") == 1
+    assert rig.status(old_kid) == "FAILED", "nobody waits on the old child: it is not revived"
+    work = [(e, a) for e, i, a in rec.runs if e.startswith("n3--")]
+    assert work == [(old_kid, 1), (child_id("n3", 0, 2), 1)], "the child's work ran once after the redrive"
