@@ -208,6 +208,19 @@ def marked_wait_state(ex: Execution, wait: Wait, now: float, cfg: EngineConfig) 
     return replace(started_state(ex, now, cfg), wait=wait)
 
 
+def timing_out_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """The sweeper claims a due callback wait before recording its timeout: the wait stays,
+    its wake time becomes a lease (a sweeper that dies after the claim is found again), and a
+    heartbeat that finds the wake time no longer the wait's own knows the timeout has begun
+    (``callbacks.heartbeat_refused``), whatever its clock says."""
+    return ex.evolve(now, next_wake_at=lease(None, now, cfg))
+
+
+def timing_out(ex: Execution) -> bool:
+    """The sweeper has claimed this WAITING execution's timeout (``timing_out_state``)."""
+    return ex.wait is not None and ex.next_wake_at != ex.wait.wake_at()
+
+
 def waiting_state(ex: Execution, wait: Wait, now: float) -> Execution:
     """Park the execution on ``wait``: nothing runs until a completion or the wait's timeout."""
     return ex.evolve(now, status=Status.WAITING, wait=wait, next_wake_at=wait.wake_at(), ready_at=None)
