@@ -155,6 +155,13 @@ def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(now, started_attempt=ex.attempt, attempt_started_at=now, next_wake_at=lease(ex, now, cfg))
 
 
+def fanned_out_state(ex: Execution, now: float, cfg: EngineConfig, until: float | None = None) -> Execution:
+    """A fan-out parent whose items carry it: its open's start mark is cleared, so a lapsed
+    lease behind a backlog is believed like any unmarked one (``sweeper.judge_lapsed``) instead
+    of taken for a dead opener; ``until`` stretches the lease past an item's retry backoff."""
+    return ex.evolve(now, started_attempt=0, next_wake_at=lease(None, now, cfg, base=until))
+
+
 def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     """The sweeper takes over a RUNNING execution whose wake time has passed, to re-drive it.
 
