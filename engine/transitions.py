@@ -280,6 +280,7 @@ def compensating_state(
         started_attempt=0,
         ready_at=None,
         wait=None,
+        catching=None,  # a failed catch handler's round is over: the saga's undo takes over
         error=cause,
         next_wake_at=lease(None, now, cfg),
     )
