@@ -101,6 +101,14 @@ def reg(shop: Shop) -> Registry:
         catch=fallback_down,
     )
     add_workflow(reg, "held_caught", [caught_map, step(shop.do("ship"), name="ship")], retry=QUICK)
+
+    once = RetryPolicy(max_attempts=1)
+    strict = parallel(
+        step(shop.do("reserve"), compensate=shop.undo("reserve"), compensate_retry=once),
+        step(shop.do("reserve_more"), compensate=shop.undo("reserve_more"), compensate_retry=once),
+        name="prepare",
+    )
+    add_workflow(reg, "strict", [strict, step(shop.do("ship", fail=True), name="ship")], retry=QUICK)
     return reg
 
 
@@ -173,3 +181,22 @@ def test_a_caught_map_whose_handler_fails_undoes_its_own_committed_items(rig, sh
     assert committed and [k for _, k in shop.undone()] == [
         f"m2:0:{i}:compensate" for i in sorted(committed, reverse=True)
     ]
+
+
+def test_a_crash_after_one_branchs_undo_does_not_charge_the_next_branch_a_lost_worker(rig, shop):
+    rig.engine.start("strict", {}, execution_id="x1")
+    while rig.status("x1") != "COMPENSATING":
+        rig.driver.deliver(rig.driver.receive(1))
+    rig.faults.arm("after_step", step=0)  # the worker dies right after the first undo's commit
+    rig.driver.pump(max_batches=100)
+    for _ in range(5):  # the redelivery, or the sweeper's redrive of the lapsed lease
+        if rig.engine.get("x1").terminal:
+            break
+        rig.clock.advance(rig.engine.config.lease_seconds * 3)
+        rig.engine.sweep()
+        rig.driver.pump(max_batches=100)
+    ex = rig.engine.get("x1")
+    assert rig.faults.fired and ex.status.value == "COMPENSATED", ex.error
+    assert shop.undone() == [("undo_reserve_more", "x1:0:1:compensate"), ("undo_reserve", "x1:0:0:compensate")]
+    record = rig.engine.store.get_step("x1", 0, "prepare[0]#compensate")
+    assert [a.outcome.value for a in record.attempts] == ["completed"], "no lost worker charged to it"
