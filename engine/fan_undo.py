@@ -132,7 +132,8 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec,
         log.info("compensation.commit_refused")
         return LinkResult(OutcomeStatus.STALE, 1)  # another run of it recorded first: its message follows
     log.info("compensation.completed")
-    parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, item=item.index)
+    info = {"execution_id": ex.id, "step": ex.current_step, "item": item.index, "phase": Phase.COMPENSATE.value}
+    parts.faults.point(FaultPoint.AFTER_STEP, **info)
     return _next(parts, ex, spec, st)
 
 
