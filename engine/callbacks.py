@@ -122,6 +122,17 @@ def check_completion(ex: Execution, tok: Token) -> CompletionVerdict:
     return CompletionVerdict.UNKNOWN
 
 
+def heartbeat_refused(ex: Execution, now: float) -> bool:
+    """Pure: a heartbeat may push the deadline only while no deadline has passed and the
+    sweeper has not begun the timeout; its write is conditional on the version it read, so
+    either it lands first (the sweeper's claim then loses) or it sees the claim."""
+    w = ex.wait
+    if w is None:
+        return True
+    passed = any(d is not None and d <= now for d in (w.deadline, w.heartbeat_deadline))
+    return passed or tr.timing_out(ex)
+
+
 def body_hash(action: Action, body: Any) -> str:
     return hashlib.sha256(canonical_json({"action": action.value, "body": body}).encode()).hexdigest()
 
@@ -324,6 +335,9 @@ def _heartbeat(parts: Parts, ex: Execution, st: CallbackSpec, tok: Token, log: A
         # submit is still running (the heartbeat clock starts at WAITING), or none is configured.
         return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=True)
     now = parts.clock.now()
+    if heartbeat_refused(ex, now):
+        log.info("callback.heartbeat_late")
+        raise WaitEnded("the wait has timed out: the heartbeat came after its deadline")
     pushed = replace(w, heartbeat_deadline=now + w.heartbeat_timeout)
     try:
         parts.store.put_execution(

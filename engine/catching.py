@@ -20,7 +20,7 @@ from typing import Any
 from engine import steps
 from engine import transitions as tr
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
-from engine.history_rules import last_error
+from engine.history_rules import last_attempt, last_error
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
@@ -52,7 +52,8 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkRe
     log = execution_log(ex).bind(step_name=st.name, phase=Phase.CATCH.value)
     name = record_name(st.name)
     record = parts.store.get_step(ex.id, ex.current_step, name)
-    if record is not None and record.status is StepStatus.FAILED:
+    if record is not None and record.status is StepStatus.FAILED and last_attempt(record) >= ex.attempt:
+        # Given up on in this round; a FAILED record of an earlier round (before a redrive) is not.
         return steps.fail_execution(parts, ex, last_error(record), st_name=st.name, reason="catch_failed")
     if record is not None and any(a.attempt >= ex.attempt for a in record.attempts) and not _completed(record):
         return _follow(parts, ex, st, record)

@@ -7,7 +7,7 @@ For step i, attempt a of parent P:
 2. park P WAITING (kind CHILD, ``child_id``), then look at the child again (it may have ended);
 3. the child's terminal write keeps it in GSI1 (``next_wake_at`` = a lease on) and sends
    the parent a CHILD_DONE message for (i, a); a crash before that send is covered by the
-   sweeper, which notifies the parent before it un-indexes a terminal child;
+   sweeper, which notifies the parent and un-indexes a terminal child only once a notice was sent;
 4. the parent's runner reads the child: COMPLETED commits step i with the child's output
    (first commit wins, then advance); FAILED or CANCELLED fails attempt a through the
    retry policy (a retry starts a fresh child, with the new attempt's id).
@@ -130,17 +130,17 @@ def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid:
     )
 
 
-def notify_parent(parts: Parts, child: Execution) -> None:
+def notify_parent(parts: Parts, child: Execution) -> bool:
     """Tell the parent its child ended (after the child's terminal write; a lost send is
-    covered by the sweeper, which finds the terminal child still indexed)."""
+    covered by the sweeper, which finds the terminal child still indexed). False when the
+    send failed: the sweeper then keeps the child indexed, to send it again."""
     p = child.parent
     if p is None or not child.terminal:
-        return
+        return True
     if p.get("item") is not None:  # a fan-out item's child (engine/fan_children.py)
         item = StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.ITEM, item=int(p["item"]))
-        send(parts, item, 0)
-        return
-    send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)
+        return send(parts, item, 0)
+    return send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)
 
 
 def cancel_children(parts: Parts, ex: Execution) -> None:

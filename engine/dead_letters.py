@@ -9,14 +9,14 @@ where that execution is now, not on what the message says.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.error_report import error_info
 from engine.errors import LoomError, MalformedMessage
 from engine.messages import MessageKind, StepMessage
-from engine.state import Status
+from engine.state import Execution, Status, WaitKind
 
 if TYPE_CHECKING:
     from engine.runtime import Engine
@@ -71,7 +71,8 @@ class RedriveResult:
     kind: str
     execution_id: str | None
     # redriven: FAILED execution given a new round of attempts
-    # resent: RUNNING execution, a guarded message for its current step was sent
+    # resent: RUNNING execution, a guarded message for its current step was sent; or an
+    #         execution WAITING on a child, its end notice was sent (``child_notice``)
     # dropped: nothing left to do (deleted from the DLQ), see ``reason``
     # kept: left in the DLQ (not a Loom execution message, or the action failed)
     action: str
@@ -126,6 +127,8 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
         ex = engine.store.get_execution(execution_id)
         if ex is None:
             return result("dropped", "no such execution")
+        if ex.status is Status.FAILED and ex.parent is not None:
+            return _redrive_child(engine, ex, handled, result)
         if ex.status is Status.FAILED:
             new = engine.redrive_failed(execution_id)
             handled.add(execution_id)
@@ -135,6 +138,16 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
             engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE))
             handled.add(execution_id)
             return result("resent", f"still RUNNING; sent a message for step {ex.current_step}", ex.status.value)
+        notice = child_notice(ex)
+        if notice is not None:
+            # A parked end notice of its child (throttling outlasted maxReceiveCount): nothing else
+            # would wake it. The notice is a pointer: the runner reads the child, a running one
+            # changes nothing.
+            engine.queue.send(notice)
+            handled.add(execution_id)
+            return result(
+                "resent", f"WAITING on child {ex.wait.child_id if ex.wait else ''}; sent its notice", ex.status.value
+            )
         if ex.status is Status.COMPENSATION_FAILED:
             # Undoing again could undo twice what a person may already have fixed by hand.
             reason = "COMPENSATION_FAILED: its error names the cause and the failed compensation; not re-driven"
@@ -144,6 +157,34 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
         return result("dropped", f"the execution is already {ex.status.value}", ex.status.value)
     except LoomError as exc:
         return result("kept", f"{exc.code}: {error_info(exc)['message']}")
+
+
+def _redrive_child(
+    engine: Engine, kid: Execution, handled: set[str], result: Callable[..., RedriveResult]
+) -> RedriveResult:
+    """A FAILED child is its parent's to redo: reviving it would run its work for nobody (the
+    parent's attempt has failed already) while the parent's retry starts a fresh child under a
+    new id. So a FAILED parent is re-driven instead (once per pass), and any other is left alone."""
+    parent_id = str((kid.parent or {}).get("id", ""))
+    if parent_id in handled:
+        return result("dropped", f"a child: its parent {parent_id} was re-driven in this pass", kid.status.value)
+    parent = engine.store.get_execution(parent_id)
+    if parent is None or parent.status is not Status.FAILED:
+        state = "gone" if parent is None else parent.status.value
+        return result("dropped", f"a child: its parent {parent_id} ({state}) decides, not re-driven", kid.status.value)
+    if parent.parent is not None:
+        return _redrive_child(engine, parent, handled, result)
+    new = engine.redrive_failed(parent.id)
+    handled.add(parent.id)
+    return result("redriven", f"a child: its parent {parent.id} was re-driven instead", new.status.value)
+
+
+def child_notice(ex: Execution) -> StepMessage | None:
+    """The notice that wakes an execution WAITING on a child, for its wait's (step, attempt)."""
+    w = ex.wait
+    if ex.status is not Status.WAITING or w is None or w.kind is not WaitKind.CHILD:
+        return None
+    return StepMessage(ex.id, w.step, w.attempt, MessageKind.CHILD_DONE)
 
 
 def summarize(results: Iterable[RedriveResult]) -> dict[str, int]:

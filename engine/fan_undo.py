@@ -39,25 +39,52 @@ def undo_name(st: FanoutSpec, idx: int) -> str:
 
 def next_to_undo(parts: Parts, ex: Execution, st: FanoutSpec) -> tuple[StepRecord, StepRecord | None] | None:
     """(item record, its compensation record) of the next item to undo, or None."""
+    found, _ = _scan(parts, ex, st)
+    return found
+
+
+def _scan(
+    parts: Parts, ex: Execution, st: FanoutSpec
+) -> tuple[tuple[StepRecord, StepRecord | None] | None, list[StepRecord]]:
+    """The next item to undo (as ``next_to_undo``), and the committed undo records passed on the way."""
     join = parts.store.get_join(ex.id, ex.current_step)
     if join is None:
-        return None
+        return None, []
     items = parts.store.fan_items(ex.id, ex.current_step, join.shards, 0, join.n)
+    done: list[StepRecord] = []
     for item in sorted(items, key=lambda r: -r.index):
         if item.status is not StepStatus.COMPLETED or st.item_spec(item.index).compensate is None:
             continue
         undo = parts.store.get_step(ex.id, ex.current_step, undo_name(st, item.index))
         if undo is None or undo.status is not StepStatus.COMPLETED:
-            return item, undo
-    return None
+            return (item, undo), done
+        done.append(undo)
+    return None, done
+
+
+def mark_committed(ex: Execution, done: list[StepRecord]) -> bool:
+    """Pure: this round's start mark belongs to an item whose undo committed under it (its
+    worker died before the fresh round for the next item was written). That mark says nothing
+    about the next item, which never ran: judged by it, it was charged a lost worker."""
+    if ex.started_attempt != ex.attempt or ex.attempt_started_at is None:
+        return False
+    marked = ex.attempt_started_at
+    return any(
+        a.outcome is AttemptOutcome.COMPLETED and a.attempt == ex.attempt and a.started_at >= marked
+        for undo in done
+        for a in undo.attempts
+    )
 
 
 def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec) -> LinkResult:
     if parts.store.get_join(ex.id, ex.current_step) is not None:
         parts.store.decide_join(ex.id, ex.current_step, JoinVerdict.FAIL.value)  # the fence (1)
-    found = next_to_undo(parts, ex, st)
+    found, done = _scan(parts, ex, st)
     if found is None:
         return compensation.advance(parts, ex, spec, ran=0)
+    if mark_committed(ex, done):
+        execution_log(ex).info("compensation.roll_forward", reason="previous_item_committed")
+        return _next(parts, ex, spec, st, ran=0)  # the round its dead worker did not write
     item, undo = found
     now = parts.clock.now()
     verdict, marked_at = check_compensation(ex, item, undo, now, parts.config)
@@ -105,20 +132,21 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec,
         log.info("compensation.commit_refused")
         return LinkResult(OutcomeStatus.STALE, 1)  # another run of it recorded first: its message follows
     log.info("compensation.completed")
-    parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, item=item.index)
+    info = {"execution_id": ex.id, "step": ex.current_step, "item": item.index, "phase": Phase.COMPENSATE.value}
+    parts.faults.point(FaultPoint.AFTER_STEP, **info)
     return _next(parts, ex, spec, st)
 
 
-def _next(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec) -> LinkResult:
+def _next(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, *, ran: int = 1) -> LinkResult:
     """Another committed item left: a fresh round at this step; else the next step down."""
     if next_to_undo(parts, ex, st) is None:
-        return compensation.advance(parts, ex, spec, ran=1)
+        return compensation.advance(parts, ex, spec, ran=ran)
     new, effects = tr.compensating_state(ex, ex.current_step, ex.error or {}, parts.clock.now(), parts.config)
     try:
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
-        return LinkResult(OutcomeStatus.STALE, 1)
-    return LinkResult(OutcomeStatus.COMPENSATING, 1, replace(effects, written=new))
+        return LinkResult(OutcomeStatus.STALE, ran)
+    return LinkResult(OutcomeStatus.COMPENSATING, ran, replace(effects, written=new))
 
 
 def _failed(

@@ -97,7 +97,36 @@ def open_fanout(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec)
     if n == 0:
         return finish(parts, marked, spec, st, join, JoinVerdict.SUCCEED)
     send_items(parts, marked, list(first_window(n, join.window)))
-    return LinkResult(OutcomeStatus.FANNED_OUT, 0, replace(tr.Effects(), written=marked))
+    carried = hand_to_items(parts, marked)
+    return LinkResult(OutcomeStatus.FANNED_OUT, 0, replace(tr.Effects(), written=carried))
+
+
+def hand_to_items(parts: Parts, ex: Execution) -> Execution | None:
+    """Clear the open's start mark once the window is out (one conditional write). The mark
+    serialises openers; left on, it made every lapse of the lease look like a dead opener, so
+    behind a backlog the sweeper re-drove the map each lease and each redrive re-sent the window.
+    A crash before this write leaves the mark, and the redrive that follows re-sends the window."""
+    for _ in range(steps.CONFLICT_RETRIES):
+        now = parts.clock.now()
+        new = tr.fanned_out_state(ex, now, parts.config)
+        try:
+            parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+            return new
+        except ConflictError as exc:
+            fresh = exc.current if isinstance(exc.current, Execution) else parts.store.get_execution(ex.id)
+            if fresh is None or not _same_round(fresh, ex) or fresh.started_attempt != fresh.attempt:
+                return None  # joined, cancelled, caught, or an item renewed the lease (and cleared it)
+            ex = fresh
+    return None
+
+
+def _same_round(fresh: Execution, ex: Execution) -> bool:
+    return (
+        fresh.status is Status.RUNNING
+        and fresh.current_step == ex.current_step
+        and fresh.attempt == ex.attempt
+        and fresh.catching is None
+    )
 
 
 def resume(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, join: JoinRecord) -> LinkResult:
@@ -108,13 +137,16 @@ def resume(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, join
     records = parts.store.fan_items(ex.id, ex.current_step, join.shards, 0, join.n)
     final = [r.index for r in records if r.status in FINAL]
     now = parts.clock.now()
-    renewed = ex.evolve(now, next_wake_at=tr.lease(None, now, parts.config))
+    # An item in its retry backoff has its delayed message on the way: a copy would run its
+    # next attempt twice. The lease covers the latest backoff, so a lost one is re-sent after it.
+    backing_off = in_backoff(records, now + parts.config.early_tolerance)
+    renewed = tr.fanned_out_state(ex, now, parts.config, max(backing_off.values(), default=None))
     try:
         parts.store.put_execution(renewed, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         return LinkResult(OutcomeStatus.STALE)
-    missing = to_resend(join.n, join.window, final)
-    execution_log(renewed).info("fanout.resumed", final=len(final), resent=len(missing))
+    missing = [i for i in to_resend(join.n, join.window, final) if i not in backing_off]
+    execution_log(renewed).info("fanout.resumed", final=len(final), resent=len(missing), backing_off=len(backing_off))
     send_items(parts, renewed, missing)
     return LinkResult(OutcomeStatus.FANNED_OUT, 0, replace(tr.Effects(), written=renewed))
 
@@ -161,6 +193,12 @@ def run_item(
         parts.queue.send(msg, min(parts.config.max_sqs_delay, int(due - now) + 1))
         return LinkResult(OutcomeStatus.EARLY)
     return _attempt(parts, ex, spec, st, join, idx, attempt)
+
+
+def in_backoff(records: list[StepRecord], now: float) -> dict[int, float]:
+    """Items whose retry is scheduled and not due yet: index -> when it is due."""
+    due = {r.index: _retry_due(r) for r in records if r.status is StepStatus.RETRYING}
+    return {i: d for i, d in due.items() if d is not None and d > now}
 
 
 def _retry_due(record: StepRecord | None) -> float | None:
@@ -243,6 +281,9 @@ def _failed(
     log.info("fanout.item_retry_scheduled", delay=round(decision.delay, 3))
     msg = StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.ITEM, item=idx)
     send(parts, msg, int(decision.delay + 0.999))
+    # A map waiting out a backoff is healthy: without a lease past it, the sweeper re-drove it
+    # and the redrive sent a copy of the delayed item.
+    keep_lease(parts, ex, until=recorded.finished_at + decision.delay)
     return LinkResult(OutcomeStatus.RETRY_SCHEDULED, 1)
 
 
@@ -276,14 +317,16 @@ def after_final(
     return replace(finish(parts, ex, spec, st, join, verdict), ran=ran)
 
 
-def keep_lease(parts: Parts, ex: Execution) -> None:
+def keep_lease(parts: Parts, ex: Execution, until: float | None = None) -> None:
     """A map that is making progress keeps its parent's lease: without it, a map longer than the
     lease would be re-driven, and the redrive would re-send items that are running. One
-    conditional write per lease at most; losing it means another item renewed it."""
+    conditional write per lease at most; losing it means another item renewed it. ``until``:
+    the lease must also last past then (an item's retry backoff)."""
     now = parts.clock.now()
-    if ex.next_wake_at is not None and ex.next_wake_at - now > parts.config.lease_seconds:
+    need = max(now, until if until is not None else now) + parts.config.lease_seconds
+    if ex.next_wake_at is not None and ex.next_wake_at > need:
         return
-    renewed = ex.evolve(now, next_wake_at=tr.lease(None, now, parts.config))
+    renewed = tr.fanned_out_state(ex, now, parts.config, until)
     try:
         parts.store.put_execution(renewed, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:

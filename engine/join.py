@@ -89,6 +89,16 @@ def shard_of_item(idx: int, shards: int) -> int:
     return idx % shards
 
 
+def shards_of_page(start: int, count: int, shards: int) -> list[int]:
+    """The shards that hold items ``start .. start+count-1``: a page narrower than the shard
+    count spans the shards of its own indexes, not shards 0..count-1."""
+    if count <= 0:
+        return []
+    if count >= shards:
+        return list(range(shards))
+    return sorted({shard_of_item(idx, shards) for idx in range(start, start + count)})
+
+
 def first_window(n: int, window: int) -> range:
     return range(min(n, window))
 

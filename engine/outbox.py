@@ -13,8 +13,9 @@ from engine.parts import Parts
 from engine.state import Execution
 
 
-def send(parts: Parts, message: StepMessage, delay: int) -> None:
-    """Send after the state is durable; a failed send is left to the lease, not raised."""
+def send(parts: Parts, message: StepMessage, delay: int) -> bool:
+    """Send after the state is durable; a failed send is left to the lease, not raised.
+    False when it failed (for a caller that must not forget it: a child's end notice)."""
     try:
         parts.queue.send(message, min(delay, parts.config.max_sqs_delay))
     except ResourceMissing:
@@ -22,6 +23,8 @@ def send(parts: Parts, message: StepMessage, delay: int) -> None:
     except LoomError as exc:
         # The state is durable and carries a wake time: the sweeper will re-drive it.
         message_log(message).warning("message.send_failed", error=error_info(exc))
+        return False
+    return True
 
 
 def dispatch(parts: Parts, effects: tr.Effects) -> None:

@@ -23,6 +23,7 @@ from engine.errors import (
     ResultTooLarge,
     WorkflowDefinitionError,
 )
+from engine.fanout_spec import FanoutSpec
 from engine.history_rules import last_attempt, last_error
 from engine.limits import check_item, full_detail, history_item_size, meta_item_size, truncate_middle
 from engine.outbox import execution_log
@@ -356,4 +357,8 @@ def _catch_or_compensate(
     if not spec.has_compensation:
         return None
     first = tr.compensable_below(spec, ex.current_step)
+    if ex.catching is not None and isinstance(st, FanoutSpec) and st.compensate is not None:
+        # A fan-out whose handler failed for good: its own committed items are undone first,
+        # as they are when it fails without a catch (fanout.finish).
+        first = ex.current_step
     return compensation.begin(parts, ex, spec, info, first=first, ran=ran)

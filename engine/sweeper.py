@@ -10,7 +10,7 @@ from engine import children, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
-from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkflowDefinitionError
+from engine.errors import ConflictError, LoomError, TransientError, UnknownWorkflow, WorkflowDefinitionError
 from engine.log import get_logger
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import engine_log, execution_log, send
@@ -276,7 +276,10 @@ def sweep_one(
         return SweepAction.SKIPPED, None
     try:
         if ex.terminal:  # should not be indexed (a child's hold aside); clean it up
-            children.notify_parent(parts, ex)  # the notice its worker may have died before sending
+            # The notice its worker may have died before sending (or failed to send). Only a
+            # sent one un-indexes it: a child wait has no deadline, nothing else wakes the parent.
+            if not children.notify_parent(parts, ex):
+                raise TransientError(f"the end notice of {ex.id!r} to its parent was not sent")
             _unindex(parts, ex, now)
             return SweepAction.SKIPPED, None
         if ex.status is Status.SLEEPING:

@@ -155,6 +155,13 @@ def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(now, started_attempt=ex.attempt, attempt_started_at=now, next_wake_at=lease(ex, now, cfg))
 
 
+def fanned_out_state(ex: Execution, now: float, cfg: EngineConfig, until: float | None = None) -> Execution:
+    """A fan-out parent whose items carry it: its open's start mark is cleared, so a lapsed
+    lease behind a backlog is believed like any unmarked one (``sweeper.judge_lapsed``) instead
+    of taken for a dead opener; ``until`` stretches the lease past an item's retry backoff."""
+    return ex.evolve(now, started_attempt=0, next_wake_at=lease(None, now, cfg, base=until))
+
+
 def reclaimed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     """The sweeper takes over a RUNNING execution whose wake time has passed, to re-drive it.
 
@@ -184,7 +191,11 @@ def postponed_state(ex: Execution, now: float, cfg: EngineConfig, patience: floa
 
 
 def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
-    """A FAILED execution gets a fresh round of attempts at the step that failed."""
+    """A FAILED execution gets a fresh round of attempts at the step that failed.
+
+    A failed catch handler is part of its step's failure: the round runs the step again
+    (``catching`` cleared), and its handler only if the step fails for good again; keeping
+    ``catching`` would fail the round at once on the handler's FAILED record."""
     return ex.evolve(
         now,
         status=Status.RUNNING,
@@ -194,6 +205,7 @@ def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
         started_attempt=0,
         ready_at=None,
         wait=None,
+        catching=None,
         next_wake_at=lease(None, now, cfg),
     )
 
@@ -201,6 +213,19 @@ def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
 def marked_wait_state(ex: Execution, wait: Wait, now: float, cfg: EngineConfig) -> Execution:
     """Mark the attempt started with its wait (a callback's token hash is durable before submit runs)."""
     return replace(started_state(ex, now, cfg), wait=wait)
+
+
+def timing_out_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """The sweeper claims a due callback wait before recording its timeout: the wait stays,
+    its wake time becomes a lease (a sweeper that dies after the claim is found again), and a
+    heartbeat that finds the wake time no longer the wait's own knows the timeout has begun
+    (``callbacks.heartbeat_refused``), whatever its clock says."""
+    return ex.evolve(now, next_wake_at=lease(None, now, cfg))
+
+
+def timing_out(ex: Execution) -> bool:
+    """The sweeper has claimed this WAITING execution's timeout (``timing_out_state``)."""
+    return ex.wait is not None and ex.next_wake_at != ex.wait.wake_at()
 
 
 def waiting_state(ex: Execution, wait: Wait, now: float) -> Execution:
@@ -255,6 +280,7 @@ def compensating_state(
         started_attempt=0,
         ready_at=None,
         wait=None,
+        catching=None,  # a failed catch handler's round is over: the saga's undo takes over
         error=cause,
         next_wake_at=lease(None, now, cfg),
     )

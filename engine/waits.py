@@ -53,6 +53,11 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
         return finish_committed(parts, ex, spec, st, record)
     from engine import callbacks
 
+    if needs_fence(ex):
+        claimed = park(parts, ex, tr.timing_out_state(ex, parts.clock.now(), parts.config))
+        if claimed is None:
+            return LinkResult(OutcomeStatus.STALE)  # a heartbeat (or a completion) moved it first
+        ex = claimed
     error = timeout_error(ex, parts.clock.now())
     started = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
     execution_log(ex).info("wait.timed_out", kind=ex.wait.kind.value if ex.wait else None, error=type(error).__name__)
@@ -67,6 +72,14 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
         detail=callbacks.attempt_detail(ex),
         superseded=lambda rec: finish_committed(parts, ex, spec, st, rec),
     )
+
+
+def needs_fence(ex: Execution) -> bool:
+    """A heartbeat can move this wait's deadline, so its timeout is claimed (one conditional
+    write) before it is recorded: otherwise a heartbeat written between the sweeper's read and
+    its history write would get 200 for a wait the history says timed out."""
+    w = ex.wait
+    return w is not None and w.kind is WaitKind.CALLBACK and w.heartbeat_timeout is not None and not tr.timing_out(ex)
 
 
 def timeout_error(ex: Execution, now: float) -> WaitTimeout:

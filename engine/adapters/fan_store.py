@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from engine.adapters.aws_errors import error_code, mapped
 from engine.errors import ConflictError, TransientError
-from engine.join import JoinRecord, shard_of_item
+from engine.join import JoinRecord, shard_of_item, shards_of_page
 from engine.limits import check_item, history_item_size
 from engine.state import Attempt, StepRecord, StepStatus, canonical_json
 
@@ -216,7 +216,7 @@ class FanStore:
     def fan_items(self: _Table, execution_id: str, step: int, shards: int, start: int, count: int) -> list[StepRecord]:
         found: list[StepRecord] = []
         last = start + count - 1
-        for shard in range(min(shards, max(count, 0))):
+        for shard in shards_of_page(start, count, shards):
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
                 "KeyConditionExpression": "PK = :pk AND SK BETWEEN :lo AND :hi",

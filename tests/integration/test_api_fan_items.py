@@ -118,6 +118,17 @@ def test_items_page_in_index_order_past_the_first_fifty(fn: Functions, monkeypat
     assert fn.api("GET", "/executions/m3/history?step=0&items_from=60")[1]["items"] == []
 
 
+def test_a_one_item_page_of_a_two_shard_map_shows_the_item_as_it_is(
+    fn: Functions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fn = Functions(fn.refs, monkeypatch, LOOM_CHAIN="false")
+    wiring.reset()
+    start_lines(fn, "m5", [line(i) for i in range(201)])  # 201 items: 2 shards, item 1 in shard 1
+    assert deliver(fn, 3) == 3  # the open, then items 0 and 1
+    page = fn.api("GET", "/executions/m5/history?step=0&items_from=1&items_limit=1")[1]
+    assert [(i["index"], i["status"]) for i in page["items"]] == [(1, "COMPLETED")]
+
+
 def test_bad_item_page_requests_are_clear_errors(fn: Functions) -> None:
     start_lines(fn, "m4", [line(0)])
     fn.drain()

@@ -57,3 +57,15 @@ def test_a_decision_is_recorded_once_and_fences_later_items(store):
     assert not store.fail_item("e2", 0, "price", 1, 1, attempt(1, AttemptOutcome.FAILED), final=True)
     join = store.get_join("e2", 0)
     assert (join.ok, join.failed) == (0, 0) and store.get_item("e2", 0, 0, 1) is None
+
+
+@pytest.mark.parametrize(("n", "start", "count"), [(201, 1, 1), (201, 199, 2), (401, 400, 1), (401, 398, 3)])
+def test_a_page_reads_the_shards_it_spans_not_the_first_ones(store, n, start, count):
+    # 201 items spread over 2 shards, 401 over 3: a page narrower than the shard count
+    # spans shards by index, not shards 0..count-1 (a 1-item page of item 1 is in shard 1).
+    shards = -(-n // 200)
+    store.open_join(JoinRecord(f"p{n}", 0, n, shards, n))
+    for idx in range(start, start + count):
+        store.commit_item(f"p{n}", 0, "price", idx, shards, attempt(1), {"i": idx})
+    records = store.fan_items(f"p{n}", 0, shards, start, count)
+    assert [(r.index, r.result) for r in records] == [(i, {"i": i}) for i in range(start, start + count)]

@@ -370,3 +370,63 @@ def test_a_catch_on_a_failed_fanout_lets_the_workflow_go_on(aws, make_engine, cl
     assert "ok" not in ex.context, "a failed fan-out merges nothing; its catch's result does"
     names = [r.name for r in rig.engine.history("k1")]
     assert "both#catch" in names
+
+
+def through(rig: Any, seconds: float) -> int:
+    """Let ``seconds`` pass a tenth of a lease at a time, sweeping each tick and delivering
+    each message once it is due (SQS's delays on the fake clock); the redrives it took."""
+    lease = rig.engine.config.lease_seconds
+    end = rig.clock.now() + seconds
+    redriven = 0
+    held: list[dict[str, Any]] = []  # received once and kept (invisible), not to count receives
+    while rig.clock.now() < end:
+        rig.clock.advance(lease / 10)
+        redriven += rig.engine.sweep().redriven
+        messages, held = held + rig.driver.receive(10), []
+        for m in messages:
+            if rig.queue.visible_at.get(m["Body"], 0.0) <= rig.clock.now():
+                rig.driver.deliver([m])
+            else:
+                held.append(m)
+    return redriven
+
+
+def item_sends(rig: Any) -> int:
+    return sum(1 for s in rig.queue.sent if s.message.kind is MessageKind.ITEM)
+
+
+def test_a_map_behind_a_backlog_is_not_redriven_and_sends_each_item_once(rig, lines):
+    start(rig, "priced", 6, "b1")
+    rig.driver.deliver(rig.driver.receive(1))  # the open: the first window of 5 goes out
+    lease = rig.engine.config.lease_seconds
+    redriven = 0
+    for _ in range(10):  # ten leases of backlog: the items' messages wait in the queue
+        rig.clock.advance(lease)
+        redriven += rig.engine.sweep().redriven
+    assert redriven == 0, "the opened map is waiting for its items, not lost"
+    rig.driver.pump()
+    assert rig.status("b1") == "COMPLETED" and item_sends(rig) == 6
+    assert sorted(i for i, _, _ in lines.runs) == list(range(6)), "each item ran once"
+
+
+def test_a_map_item_in_a_long_backoff_runs_each_attempt_once(aws, make_engine, clock):
+    from tests.integration.engine_support import build_rig
+
+    reg = Registry()
+    ran: list[tuple[int, int]] = []
+
+    def flaky(ctx: Any) -> Any:
+        ran.append((ctx.item_index, ctx.attempt))
+        if ctx.attempt == 1:
+            raise RuntimeError("try again in five minutes")
+        return ctx.item
+
+    slow_retry = RetryPolicy(max_attempts=3, base=300, jitter="none")
+    add_workflow(reg, "backoff", [map(items=lines_of, run=flaky, name="m", retry=slow_retry)])
+    rig = build_rig(aws, make_engine, clock, reg)
+    rig.engine.start("backoff", {"lines": [7]}, execution_id="b2")
+    redriven = through(rig, 300 + 4 * rig.engine.config.lease_seconds)
+    assert rig.status("b2") == "COMPLETED"
+    assert ran == [(0, 1), (0, 2)], "attempt 2 ran once"
+    assert item_sends(rig) == 2, "the first attempt's message and the retry's, no copies"
+    assert redriven == 0, "a map in its item's backoff is healthy, not lost"

@@ -74,6 +74,41 @@ def reg(shop: Shop) -> Registry:
 
     priced = map(items=lines, run=shop.do("hold"), name="hold", max_concurrency=2, compensate=shop.undo("hold"))
     add_workflow(reg, "held", [priced, step(shop.do("ship", fail=True), name="ship")], retry=QUICK)
+
+    def fallback_down(ctx: Any, error: Any) -> Any:
+        shop.calls.append(("catch", ctx.idempotency_key))
+        raise NonRetryableError("the fallback is down too")
+
+    caught = parallel(
+        step(shop.do("reserve"), compensate=shop.undo("reserve")),
+        step(shop.do("authorize", fail=True), compensate=shop.undo("authorize")),
+        name="prepare",
+        catch=fallback_down,
+    )
+    add_workflow(reg, "declined_caught", [caught, step(shop.do("ship"), name="ship")], retry=QUICK)
+
+    def hold_but_the_last(ctx: Any) -> Any:
+        if ctx.item_index == 3:
+            raise NonRetryableError("line 3 cannot be held")
+        return shop.do("hold")(ctx)
+
+    caught_map = map(
+        items=lines,
+        run=hold_but_the_last,
+        name="hold",
+        max_concurrency=2,
+        compensate=shop.undo("hold"),
+        catch=fallback_down,
+    )
+    add_workflow(reg, "held_caught", [caught_map, step(shop.do("ship"), name="ship")], retry=QUICK)
+
+    once = RetryPolicy(max_attempts=1)
+    strict = parallel(
+        step(shop.do("reserve"), compensate=shop.undo("reserve"), compensate_retry=once),
+        step(shop.do("reserve_more"), compensate=shop.undo("reserve_more"), compensate_retry=once),
+        name="prepare",
+    )
+    add_workflow(reg, "strict", [strict, step(shop.do("ship", fail=True), name="ship")], retry=QUICK)
     return reg
 
 
@@ -126,3 +161,42 @@ def test_a_cancel_with_compensate_mid_map_undoes_what_committed_and_fences_the_r
     assert rig.status("c1") == "COMPENSATED"
     assert [k for _, k in shop.undone()] == ["c1:0:0:compensate"]
     assert rig.engine.store.get_join("c1", 0).decided == "FAILED", "the compensation fenced the join"
+
+
+def test_a_caught_parallel_whose_handler_fails_undoes_its_own_committed_branches(rig, shop):
+    rig.engine.start("declined_caught", {}, execution_id="d2")
+    rig.driver.pump(max_batches=200)
+    ex = rig.engine.get("d2")
+    assert ("catch", "d2:0:catch") in shop.calls, "the handler ran, and failed for good"
+    assert ex.status.value == "COMPENSATED", ex.error
+    assert shop.undone() == [("undo_reserve", "d2:0:0:compensate")], "as without the catch"
+
+
+def test_a_caught_map_whose_handler_fails_undoes_its_own_committed_items(rig, shop):
+    rig.engine.start("held_caught", {"lines": [10, 11, 12, 13]}, execution_id="m2")
+    rig.driver.pump(max_batches=300)
+    ex = rig.engine.get("m2")
+    assert ex.status.value == "COMPENSATED", ex.error
+    committed = [r.index for r in rig.engine.store.fan_items("m2", 0, 1, 0, 4) if r.status is StepStatus.COMPLETED]
+    assert committed and [k for _, k in shop.undone()] == [
+        f"m2:0:{i}:compensate" for i in sorted(committed, reverse=True)
+    ]
+
+
+def test_a_crash_after_one_branchs_undo_does_not_charge_the_next_branch_a_lost_worker(rig, shop):
+    rig.engine.start("strict", {}, execution_id="x1")
+    while rig.status("x1") != "COMPENSATING":
+        rig.driver.deliver(rig.driver.receive(1))
+    rig.faults.arm("after_step", step=0)  # the worker dies right after the first undo's commit
+    rig.driver.pump(max_batches=100)
+    for _ in range(5):  # the redelivery, or the sweeper's redrive of the lapsed lease
+        if rig.engine.get("x1").terminal:
+            break
+        rig.clock.advance(rig.engine.config.lease_seconds * 3)
+        rig.engine.sweep()
+        rig.driver.pump(max_batches=100)
+    ex = rig.engine.get("x1")
+    assert rig.faults.fired and ex.status.value == "COMPENSATED", ex.error
+    assert shop.undone() == [("undo_reserve_more", "x1:0:1:compensate"), ("undo_reserve", "x1:0:0:compensate")]
+    record = rig.engine.store.get_step("x1", 0, "prepare[0]#compensate")
+    assert [a.outcome.value for a in record.attempts] == ["completed"], "no lost worker charged to it"

@@ -94,6 +94,24 @@ def test_a_handler_that_fails_for_good_fails_the_execution(rig, calls):
     assert letter["execution_id"] == "k3"
 
 
+def test_a_redrive_after_the_handler_failed_for_good_runs_the_step_and_its_catch_again(rig, calls):
+    calls.handler_fails = 2
+    rig.engine.start("caught", {}, execution_id="k3r")
+    rig.driver.pump()
+    assert rig.status("k3r") == "FAILED" and len(dead_letters(rig.aws)) == 1
+    handled = len(calls.handled)
+    rig.engine.redrive_failed("k3r")  # the fallback is back
+    rig.driver.pump()
+    ex = rig.engine.get("k3r")
+    assert ex.status.value == "COMPLETED", ex.error
+    assert len(calls.handled) == handled + 1, "the step failed again and its handler ran once more"
+    assert ex.context["paid_by"] == "invoice" and ex.catching is None
+    assert not dead_letters(rig.aws), "the redrive parked nothing"
+    record = rig.engine.store.get_step("k3r", 0, "charge#catch")
+    attempts = [a.attempt for a in record.attempts]
+    assert record.status is StepStatus.COMPLETED and attempts == sorted(set(attempts))
+
+
 def test_a_handler_that_fails_once_is_retried(rig, calls):
     calls.handler_fails = 1
     rig.engine.start("caught", {}, execution_id="k4")

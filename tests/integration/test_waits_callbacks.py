@@ -176,6 +176,53 @@ def test_heartbeats_push_the_heartbeat_timeout_back(t: WorkflowTest, inbox: Inbo
         t.heartbeat(token)
 
 
+@pytest.mark.parametrize("during", ["put_execution", "record_failure"])  # the sweeper's first write, its history write
+def test_a_heartbeat_racing_the_heartbeat_timeout_gets_the_answer_the_history_gives(
+    t: WorkflowTest, inbox: Inbox, runs: Runs, during: str
+) -> None:
+    """Failure table: 'a heartbeat races the heartbeat timeout'. The heartbeat was taken just
+    before the deadline and writes while the sweeper carries the timeout out."""
+    waiting(t, "beat", "hb2")
+    token = inbox.last
+    due = t.execution("hb2").wait.heartbeat_deadline
+    racing = Racing(t.engine.store)
+    t.engine.store = racing
+    answers: list[object] = []
+
+    def heartbeat_just_before_the_deadline() -> None:
+        t.clock.set(due - 1)
+        try:
+            answers.append(t.heartbeat(token))
+        except WaitEnded as exc:
+            answers.append(exc)
+        t.clock.set(due + 1)
+
+    racing.before(during, heartbeat_just_before_the_deadline)
+    t.clock.set(due + 1)
+    t.engine.sweep()
+    assert len(answers) == 1
+    attempts = [a for r in t.history("hb2") if r.name == "job" for a in r.attempts if a.attempt == 1]
+    timed_out = [a.error["type"] for a in attempts] == ["HeartbeatTimeout"]
+    assert timed_out == (during == "record_failure") and (timed_out or not attempts)
+    ex = t.execution("hb2")
+    if timed_out:  # the timeout won: the heartbeat was refused and the retry is on
+        assert isinstance(answers[0], WaitEnded) and ex.attempt == 2, (answers, ex)
+    else:  # the heartbeat won: the wait goes on with its new deadline
+        assert not isinstance(answers[0], WaitEnded) and ex.attempt == 1 and ex.wait.heartbeat_deadline > due
+        assert not t.complete_callback(token, {"ok": True}).repeat
+
+
+def test_a_heartbeat_after_its_deadline_is_refused_and_the_timeout_stands(t: WorkflowTest, inbox: Inbox) -> None:
+    waiting(t, "beat", "hb3")
+    token = inbox.last
+    t.clock.set(t.execution("hb3").wait.heartbeat_deadline + 1)  # the sweeper has not run yet
+    with pytest.raises(WaitEnded):
+        t.heartbeat(token)
+    t.engine.sweep()
+    [record] = [r for r in t.history("hb3") if r.name == "job"]
+    assert record.attempts[0].error["type"] == "HeartbeatTimeout" and t.execution("hb3").attempt == 2
+
+
 def test_a_crash_after_the_completions_write_is_recovered_by_the_lease(
     t: WorkflowTest, inbox: Inbox, runs: Runs
 ) -> None:

@@ -14,6 +14,7 @@ from engine.join import (
     next_item,
     shard_of_item,
     shards_for,
+    shards_of_page,
     started_items,
     to_resend,
 )
@@ -66,6 +67,12 @@ def test_items_spread_over_at_most_32_shards():
     for i in range(10_000):
         counts[shard_of_item(i, MAX_SHARDS)] += 1
     assert max(counts) - min(counts) <= 1, "no hot partition"
+
+
+def test_a_page_spans_the_shards_of_its_own_indexes():
+    assert shards_of_page(1, 1, 2) == [1] and shards_of_page(400, 1, 3) == [1]
+    assert shards_of_page(5, 2, 3) == [0, 2] and shards_of_page(0, 100, 3) == [0, 1, 2]
+    assert shards_of_page(7, 0, 3) == []
 
 
 def noop(ctx):
