@@ -74,3 +74,53 @@ def test_a_localstack_it_starts_is_the_one_it_stops(monkeypatch, health) -> None
     finally:
         health.shutdown()
     assert [c[0] for c in calls] == ["up", "down"]
+
+
+def test_an_answering_localstack_is_used_without_docker(monkeypatch, health) -> None:
+    """Bug: start() asked for Docker first and refused a LocalStack that answered ("needs Docker")."""
+    _serve(health)
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+    monkeypatch.setattr(emulator.LocalStackEmulator, "_compose", _fake_compose(calls))
+    url = f"http://127.0.0.1:{health.server_address[1]}"
+    try:
+        ls = emulator.LocalStackEmulator(endpoint_url=url).start(timeout=5)
+        assert ls.mode is emulator.LocalStackMode.RUNNING
+        assert ls.dynamodb is emulator.DynamoSource.LOCALSTACK
+        ls.stop()
+    finally:
+        health.shutdown()
+    assert calls == []
+
+
+def test_no_localstack_no_docker_and_no_install_says_the_install_command(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+    free = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    url = f"http://127.0.0.1:{free.server_address[1]}"
+    free.server_close()  # a port nothing listens on
+    with pytest.raises(emulator.EmulatorError) as raised:
+        emulator.LocalStackEmulator(endpoint_url=url, home=tmp_path).start(timeout=5)
+    said = str(raised.value)
+    assert "no Docker engine answers (test)" in said
+    assert "`loom localstack install`" in said
+    assert str(tmp_path) in said
+
+
+@pytest.mark.parametrize(
+    ("choice", "mode", "has_local", "expected"),
+    [
+        ("auto", "docker", False, "localstack"),
+        ("auto", "running", False, "localstack"),
+        ("auto", "host", True, "localstack"),
+        ("auto", "host", False, "embedded"),
+        ("embedded", "docker", True, "embedded"),
+        ("localstack", "host", False, "localstack"),
+    ],
+)
+def test_whose_dynamodb(choice: str, mode: str, has_local: bool, expected: str) -> None:
+    source, note = emulator.dynamodb_verdict(
+        emulator.DynamoSource(choice), emulator.LocalStackMode(mode), has_local
+    )
+    assert source is emulator.DynamoSource(expected)
+    if (choice, mode, has_local) == ("auto", "host", False):
+        assert note.startswith("offline: DynamoDB from the embedded emulator")
