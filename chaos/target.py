@@ -66,6 +66,7 @@ class Target:
     missing: dict[str, str] = field(default_factory=dict)  # capability -> why it is unavailable
     sweeper_function: str | None = None  # aws: the sweeper Lambda's name
     docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
+    endpoints: dict[str, str] = field(default_factory=dict)  # service -> endpoint where not endpoint_url
 
     # ------------------------------------------------------------ construction
 
@@ -101,6 +102,7 @@ class Target:
             proxy=proxy,
             settings={k: v for k, v in worker_env.items() if k.startswith("LOOM_")},
             missing=missing,
+            endpoints=dict(getattr(stack, "service_endpoints", {}) or {}),
         )
 
     @classmethod
@@ -132,6 +134,7 @@ class Target:
             clock_offset_file=Path(offset) if offset else None,
             missing=missing,
             settings={},
+            endpoints=dict(info.get("aws_endpoints") or {}),
         )
 
     @classmethod
@@ -213,7 +216,9 @@ class Target:
         )
 
     def client(self, service: str) -> Any:
-        return self.session.client(service, endpoint_url=self.endpoint_url, config=KIT_CONFIG)
+        return self.session.client(
+            service, endpoint_url=self.endpoints.get(service, self.endpoint_url), config=KIT_CONFIG
+        )
 
     @cached_property
     def ddb(self) -> Any:
@@ -419,6 +424,7 @@ class Target:
             }
             if self.endpoint_url:
                 env["AWS_ENDPOINT_URL"] = self.endpoint_url
+                env.update({f"AWS_ENDPOINT_URL_{name.upper()}": url for name, url in self.endpoints.items()})
                 if self.kind != "aws":
                     # An emulator takes any key; the caller's shell may have none (or real ones,
                     # which must not go to an emulator), as the stack's own functions get fake ones.
