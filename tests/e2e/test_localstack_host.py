@@ -6,7 +6,10 @@ comes from the embedded emulator (boto3's per-service endpoint) and everything e
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +121,25 @@ def test_the_engine_runs_on_host_mode_localstack_with_time_travel(tmp_path: Path
         assert stack.tick_sweeper()["woken"] == 1
         wait_status(stack.api, ex_id, "COMPLETED", timeout=120)
         assert ok(stack.api, "GET", "/dlq")["messages"] == []
+
+
+def test_check_non_lambda_deploys_the_rest_of_the_template_through_localstacks_cloudformation(endpoint: str) -> None:
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "deploy-localstack"), "--check-non-lambda", "--stack-name", "loom-check-e2e"],
+        cwd=ROOT,
+        env={**os.environ, "LOCALSTACK_ENDPOINT": endpoint, "LOOM_LOCALSTACK_HOME": str(HOME)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout[done.stdout.index("{") : done.stdout.rindex("}") + 1])
+    assert report["status"] == "CREATE_COMPLETE"
+    assert {"StepQueue", "DeadLetterQueue", "QueuesTlsOnly", "WorkerRole", "SweeperLogGroup"} <= set(
+        report["resources"]
+    )
+    assert not {"WorkerFunction", "SweeperFunction", "ControlPlaneFunction"} & set(report["resources"])
+    assert set(report["resources"].values()) == {"CREATE_COMPLETE"}
+    assert report["outputs"]["StepQueueUrl"].endswith("/loom-check-steps")
+    assert "left out WorkerFunction" in done.stdout
+    assert localstack_host.health(endpoint) is None, "the LocalStack the check started is stopped again"
