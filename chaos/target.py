@@ -67,6 +67,7 @@ class Target:
     sweeper_function: str | None = None  # aws: the sweeper Lambda's name
     docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
     endpoints: dict[str, str] = field(default_factory=dict)  # service -> endpoint where not endpoint_url
+    note: str = ""  # what the run should say about its emulator ("offline: DynamoDB from the embedded emulator")
 
     # ------------------------------------------------------------ construction
 
@@ -103,6 +104,7 @@ class Target:
             settings={k: v for k, v in worker_env.items() if k.startswith("LOOM_")},
             missing=missing,
             endpoints=dict(getattr(stack, "service_endpoints", {}) or {}),
+            note=str((info.get("localstack") or {}).get("dynamodb_note") or ""),
         )
 
     @classmethod
@@ -135,6 +137,7 @@ class Target:
             missing=missing,
             settings={},
             endpoints=dict(info.get("aws_endpoints") or {}),
+            note=str((info.get("localstack") or {}).get("dynamodb_note") or ""),
         )
 
     @classmethod
@@ -191,6 +194,15 @@ class Target:
         )
 
     # ------------------------------------------------------------ capabilities
+
+    def describe(self) -> str:
+        """Where the run goes, for its first line: the endpoint, and any service served elsewhere."""
+        where = self.endpoint_url or "AWS"
+        elsewhere = ", ".join(f"{name} at {url}" for name, url in self.endpoints.items())
+        if self.kind == "localstack" and self.stack is not None:
+            mode = ((getattr(self.stack, "info", None) or {}).get("localstack") or {}).get("mode")
+            where += f", {mode} mode" if mode else ""
+        return where + (f"; {self.note}" if self.note else "") + (f" ({elsewhere})" if elsewhere else "")
 
     def can(self, capability: str) -> bool:
         return capability not in self.missing
