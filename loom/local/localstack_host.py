@@ -73,7 +73,7 @@ class Installation:
 
 def installed(home: Path) -> Installation | None:
     """The installation in ``home`` when it is complete and of this version, else None."""
-    venv = venv_dir(home)
+    venv = venv_dir(home.resolve())  # absolute: LocalStack runs with its data dir as working directory
     try:
         stamp = json.loads((venv / STAMP).read_text(encoding="utf-8"))
     except (OSError, ValueError):
