@@ -24,6 +24,10 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
 from loom.local import localstack_host
 from loom.template import ROOT
 
@@ -31,6 +35,9 @@ COMPOSE_FILE = ROOT / "compose.yaml"
 LOCALSTACK_URL = "http://localhost:4566"
 # What host mode serves when the caller names nothing: what the local stack calls (kms: the table's SSE).
 DEFAULT_HOST_SERVICES = ("dynamodb", "iam", "kms", "sqs", "sts")
+# Host mode with --localstack-dynamodb localstack and no DynamoDB Local yet: how long LocalStack may
+# take to fetch it (and Java) on the first DynamoDB call before the stack gives up with the reason.
+DYNAMODB_FETCH_TIMEOUT = 300.0
 
 
 class EmulatorError(RuntimeError):
@@ -152,6 +159,25 @@ def compose_command() -> list[str]:
     raise EmulatorError("neither `docker compose` nor `docker-compose` is installed; --emulator localstack needs them")
 
 
+def dynamodb_answers(endpoint_url: str, region: str, timeout: float) -> str | None:
+    """None when DynamoDB at ``endpoint_url`` answers ListTables within ``timeout``, else why not."""
+    creds = fake_credentials(region)
+    client = boto3.session.Session(
+        aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+        region_name=region,
+    ).client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        config=Config(connect_timeout=5, read_timeout=timeout, retries={"max_attempts": 1, "mode": "standard"}),
+    )
+    try:
+        client.list_tables(Limit=1)
+    except (BotoCoreError, ClientError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 class LocalStackMode(Enum):
     """How the LocalStack a stack uses came to run."""
 
@@ -203,6 +229,7 @@ class LocalStackEmulator:
         self.log_path = log_path or self.home / "localstack.log"
         self.services = tuple(services)
         self.dynamodb_choice = dynamodb
+        self.fetch_timeout = DYNAMODB_FETCH_TIMEOUT
         self.started_here = False
         self.mode: LocalStackMode | None = None
         self.host: localstack_host.HostLocalStack | None = None
@@ -243,8 +270,22 @@ class LocalStackEmulator:
             ),
         )
         assert self.mode is not None
-        self.dynamodb, self.dynamodb_note = dynamodb_verdict(self.dynamodb_choice, self.mode, self._dynamodb_local())
+        has_local = self._dynamodb_local()
+        self.dynamodb, self.dynamodb_note = dynamodb_verdict(self.dynamodb_choice, self.mode, has_local)
+        if self.mode is LocalStackMode.HOST and self.dynamodb is DynamoSource.LOCALSTACK and not has_local:
+            self._fetch_dynamodb_local()
         return self
+
+    def _fetch_dynamodb_local(self) -> None:
+        """The first DynamoDB call makes LocalStack download DynamoDB Local: online only, so say so if it fails."""
+        why = dynamodb_answers(self.endpoint_url, os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), self.fetch_timeout)
+        if why is not None:
+            self.stop()
+            raise EmulatorError(
+                f"LocalStack's DynamoDB did not answer within {self.fetch_timeout:.0f}s ({why}): host mode has no "
+                "DynamoDB Local, which LocalStack fetches on first use, and that needs the internet. Offline, "
+                "`--localstack-dynamodb auto` (the default) or `embedded` serves DynamoDB from the embedded emulator"
+            )
 
     def _start_compose(self, timeout: float) -> None:
         done = self._compose("up", "-d", "--wait", timeout=timeout)

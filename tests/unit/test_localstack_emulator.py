@@ -118,9 +118,46 @@ def test_no_localstack_no_docker_and_no_install_says_the_install_command(monkeyp
     ],
 )
 def test_whose_dynamodb(choice: str, mode: str, has_local: bool, expected: str) -> None:
-    source, note = emulator.dynamodb_verdict(
-        emulator.DynamoSource(choice), emulator.LocalStackMode(mode), has_local
-    )
+    source, note = emulator.dynamodb_verdict(emulator.DynamoSource(choice), emulator.LocalStackMode(mode), has_local)
     assert source is emulator.DynamoSource(expected)
     if (choice, mode, has_local) == ("auto", "host", False):
         assert note.startswith("offline: DynamoDB from the embedded emulator")
+
+
+class _SlowDynamo(BaseHTTPRequestHandler):
+    """Answers ListTables the way DynamoDB does, or (``hold``) only after the caller gave up."""
+
+    hold = threading.Event()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.holding:  # type: ignore[attr-defined]
+            _SlowDynamo.hold.wait(10)
+        body = json.dumps({"TableNames": []}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/x-amz-json-1.0")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize("holding", [False, True])
+def test_a_dynamodb_that_does_not_answer_in_time_is_reported_with_the_reason(holding: bool) -> None:
+    """Host mode with `--localstack-dynamodb localstack` offline: the first DynamoDB call hangs on the download."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowDynamo)
+    server.holding = holding  # type: ignore[attr-defined]
+    _serve(server)
+    try:
+        why = emulator.dynamodb_answers(f"http://127.0.0.1:{server.server_address[1]}", "us-east-1", timeout=1)
+    finally:
+        _SlowDynamo.hold.set()
+        server.shutdown()
+        server.server_close()
+        _SlowDynamo.hold.clear()
+    if holding:
+        assert why is not None and "ReadTimeout" in why
+    else:
+        assert why is None
