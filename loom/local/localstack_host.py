@@ -231,9 +231,11 @@ class HostLocalStack:
         return self.proc.pid if self.proc is not None else None
 
     def start(self, timeout: float = 120.0) -> HostLocalStack:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        # Owner-only, as the rest of the state dir: the log carries request details.
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as log:
             self.proc = subprocess.Popen(
                 [str(self.installation.python), "-m", "localstack.runtime.main"],
                 stdin=subprocess.DEVNULL,

@@ -61,6 +61,7 @@ def test_loom_up_starts_host_mode_localstack_and_loom_down_stops_it(state: Path,
     assert done.returncode == 0, done.stderr
     assert "started LocalStack 4.14.0 in host mode" in done.stderr
     assert str(state / "localstack.log") in done.stderr, "the line says where its log is"
+    assert (state / "localstack.log").stat().st_mode & 0o077 == 0, "owner-only, as the rest of the state dir"
     info = stack_info(state)
     assert info is not None
     localstack = info["localstack"]
