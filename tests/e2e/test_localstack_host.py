@@ -24,12 +24,8 @@ from tests.e2e.support import ROOT, alive, loom, stack_info, start, wait_for, wa
 
 pytestmark = [pytest.mark.e2e, pytest.mark.localstack, pytest.mark.slow]
 
-# Where `loom localstack install` (run from the checkout) puts it, unless LOOM_LOCALSTACK_HOME says otherwise.
-HOME = (
-    localstack_host.localstack_home()
-    if localstack_host.installed(localstack_host.localstack_home())
-    else (ROOT / ".loom" / "localstack")
-)
+# Where `loom localstack install` (run from the checkout) put it: $LOOM_LOCALSTACK_HOME, else ./.loom/localstack.
+HOME = localstack_host.localstack_home()
 INSTALLED = localstack_host.installed(HOME)
 pytestmark.append(pytest.mark.skipif(INSTALLED is None, reason=localstack_host.not_installed_message(HOME)))
 OFFLINE_NOTE = "offline: DynamoDB from the embedded emulator"
