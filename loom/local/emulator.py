@@ -294,13 +294,19 @@ class LocalStackEmulator:
         self.mode, self.started_here = LocalStackMode.DOCKER, True
 
     def _start_host(self, no_docker: str, timeout: float) -> None:
+        where = urllib.parse.urlsplit(self.endpoint_url)
+        if where.hostname not in ("localhost", "127.0.0.1"):
+            raise EmulatorError(
+                f"no LocalStack answers at {self.endpoint_url} and {no_docker}; host mode starts LocalStack on "
+                "this machine only, on 127.0.0.1: an --endpoint-url on localhost or 127.0.0.1 lets it"
+            )
         installation = localstack_host.installed(self.home)
         if installation is None:
             raise EmulatorError(
                 f"no LocalStack answers at {self.endpoint_url} and {no_docker}, so it would run in host mode, but "
                 + localstack_host.not_installed_message(self.home)
             )
-        port = urllib.parse.urlsplit(self.endpoint_url).port or 4566
+        port = where.port or 4566
         host = localstack_host.HostLocalStack(
             installation, self.home / "data", port, self.services or DEFAULT_HOST_SERVICES, self.log_path
         )

@@ -161,3 +161,10 @@ def test_a_dynamodb_that_does_not_answer_in_time_is_reported_with_the_reason(hol
         assert why is not None and "ReadTimeout" in why
     else:
         assert why is None
+
+
+def test_host_mode_is_not_started_for_an_endpoint_on_another_machine(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+    monkeypatch.setattr(emulator.localstack_host, "health", lambda url, timeout=2.0: None)
+    with pytest.raises(emulator.EmulatorError, match="on this machine only"):
+        emulator.LocalStackEmulator(endpoint_url="http://10.9.8.7:4566", home=tmp_path).start(timeout=5)
