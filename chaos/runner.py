@@ -79,7 +79,7 @@ def run_all(
     ) as target:
         if out is not None:
             print(
-                f"chaos: {len(chosen)} scenario(s) against {target.kind} ({target.endpoint_url or 'AWS'})",
+                f"chaos: {len(chosen)} scenario(s) against {target.kind} ({target.describe()})",
                 file=out,
                 flush=True,
             )

@@ -50,7 +50,13 @@ def chaos_stack(
         proxy = stack_ctx.enter_context(ThrottleProxy(seed=seed))
         if state_dir is None:
             state_dir = Path(stack_ctx.enter_context(tempfile.TemporaryDirectory(prefix="loom-chaos-")))
-        env = {**chaos_env(heartbeat=heartbeat), "AWS_ENDPOINT_URL": proxy.url, **(extra_env or {})}
+        # Every service through the proxy, DynamoDB too when the stack serves it apart (host-mode LocalStack).
+        env = {
+            **chaos_env(heartbeat=heartbeat),
+            "AWS_ENDPOINT_URL": proxy.url,
+            "AWS_ENDPOINT_URL_DYNAMODB": proxy.url,
+            **(extra_env or {}),
+        }
         opts: Any = StackOptions(
             emulator=emulator,
             host="127.0.0.1",
@@ -74,5 +80,6 @@ def chaos_stack(
             sqs_chaos_seed=sqs_chaos_seed,
         )
         stack = stack_ctx.enter_context(LocalStack(opts))
+        proxy.routes.update(stack.service_endpoints)
         proxy.upstream = stack.endpoint_url
         yield Target.from_stack(stack, proxy=proxy, owned=True)

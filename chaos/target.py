@@ -66,6 +66,8 @@ class Target:
     missing: dict[str, str] = field(default_factory=dict)  # capability -> why it is unavailable
     sweeper_function: str | None = None  # aws: the sweeper Lambda's name
     docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
+    endpoints: dict[str, str] = field(default_factory=dict)  # service -> endpoint where not endpoint_url
+    note: str = ""  # what the run should say about its emulator ("offline: DynamoDB from the embedded emulator")
 
     # ------------------------------------------------------------ construction
 
@@ -101,6 +103,8 @@ class Target:
             proxy=proxy,
             settings={k: v for k, v in worker_env.items() if k.startswith("LOOM_")},
             missing=missing,
+            endpoints=dict(getattr(stack, "service_endpoints", {}) or {}),
+            note=str((info.get("localstack") or {}).get("dynamodb_note") or ""),
         )
 
     @classmethod
@@ -132,6 +136,8 @@ class Target:
             clock_offset_file=Path(offset) if offset else None,
             missing=missing,
             settings={},
+            endpoints=dict(info.get("aws_endpoints") or {}),
+            note=str((info.get("localstack") or {}).get("dynamodb_note") or ""),
         )
 
     @classmethod
@@ -189,6 +195,15 @@ class Target:
 
     # ------------------------------------------------------------ capabilities
 
+    def describe(self) -> str:
+        """Where the run goes, for its first line: the endpoint, and any service served elsewhere."""
+        where = self.endpoint_url or "AWS"
+        elsewhere = ", ".join(f"{name} at {url}" for name, url in self.endpoints.items())
+        if self.kind == "localstack" and self.stack is not None:
+            mode = ((getattr(self.stack, "info", None) or {}).get("localstack") or {}).get("mode")
+            where += f", {mode} mode" if mode else ""
+        return where + (f"; {self.note}" if self.note else "") + (f" ({elsewhere})" if elsewhere else "")
+
     def can(self, capability: str) -> bool:
         return capability not in self.missing
 
@@ -213,7 +228,9 @@ class Target:
         )
 
     def client(self, service: str) -> Any:
-        return self.session.client(service, endpoint_url=self.endpoint_url, config=KIT_CONFIG)
+        return self.session.client(
+            service, endpoint_url=self.endpoints.get(service, self.endpoint_url), config=KIT_CONFIG
+        )
 
     @cached_property
     def ddb(self) -> Any:
@@ -419,6 +436,7 @@ class Target:
             }
             if self.endpoint_url:
                 env["AWS_ENDPOINT_URL"] = self.endpoint_url
+                env.update({f"AWS_ENDPOINT_URL_{name.upper()}": url for name, url in self.endpoints.items()})
                 if self.kind != "aws":
                     # An emulator takes any key; the caller's shell may have none (or real ones,
                     # which must not go to an emulator), as the stack's own functions get fake ones.

@@ -75,6 +75,9 @@ class ThrottleProxy:
 
     def __init__(self, upstream: str | None = None, *, host: str = "127.0.0.1", seed: int = 0) -> None:
         self.upstream = upstream
+        # service -> upstream where it is not ``upstream``: DynamoDB from the embedded emulator next
+        # to a host-mode LocalStack, as the functions' AWS_ENDPOINT_URL_DYNAMODB says.
+        self.routes: dict[str, str] = {}
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
         self._share = 0.0
@@ -152,7 +155,7 @@ class ThrottleProxy:
                 deadline = time.monotonic() + 30
                 while proxy.upstream is None and time.monotonic() < deadline:
                     time.sleep(0.05)  # the stack is still starting; its emulator address comes next
-                status, headers, data = self._upstream(body)
+                status, headers, data = self._upstream(body, proxy.routes.get(service) or proxy.upstream or "")
                 proxy.passed[service] += 1
                 self.send_response(status)
                 for k, v in headers:
@@ -162,13 +165,15 @@ class ThrottleProxy:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _upstream(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-                split = urlsplit(proxy.upstream or "")
+            def _upstream(self, body: bytes, upstream: str) -> tuple[int, list[tuple[str, str]], bytes]:
+                split = urlsplit(upstream)
+                if not hasattr(local, "conns"):
+                    local.conns = {}  # one keep-alive connection per upstream and thread
                 for attempt in range(2):
-                    conn = getattr(local, "conn", None)
-                    if conn is None or getattr(local, "netloc", None) != split.netloc:
+                    conn = local.conns.get(split.netloc)
+                    if conn is None:
                         conn = http.client.HTTPConnection(split.hostname, split.port, timeout=60)
-                        local.conn, local.netloc = conn, split.netloc
+                        local.conns[split.netloc] = conn
                     try:
                         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
                         conn.request(self.command, self.path, body=body, headers=headers)
@@ -176,7 +181,7 @@ class ThrottleProxy:
                         return resp.status, resp.getheaders(), resp.read()
                     except (OSError, http.client.HTTPException):
                         conn.close()
-                        local.conn = None
+                        local.conns.pop(split.netloc, None)
                         if attempt:
                             raise
                 raise AssertionError("unreachable")

@@ -20,6 +20,7 @@ GROUPS = (
     "loom.cli.local",
     "loom.cli.chaos",
     "loom.cli.webconsole",
+    "loom.cli.localstack",
 )
 
 

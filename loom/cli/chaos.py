@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="embedded",
         help="embedded (default: the kit starts its own stack), localstack, or aws (a deployed stack)",
     )
+    parser.add_argument(
+        "--only",
+        type=_names,
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="with `all`: just these scenarios, in the table's order (one stack for all of them)",
+    )
     parser.add_argument("--stack", default="loom-dev", help="the deployed stack's name (with --emulator aws)")
     parser.add_argument(
         "--running", action="store_true", help="use the stack `loom up` started (stack.json) instead of starting one"
@@ -63,6 +70,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"not scenarios: {unknown or text!r} (`loom chaos list` names them)")
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
     from chaos import report
 
@@ -79,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
     from chaos.runner import run_all
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    if args.only is not None:
+        if args.scenario != "all":
+            print("--only goes with `all`", file=sys.stderr)
+            return 2
+        names = [name for name in SCENARIOS if name in args.only]
     if not _standard_chaos_ok(args) or not _html_ok(args):
         return 2
     results = run_all(

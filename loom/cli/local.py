@@ -55,8 +55,17 @@ def register(sub: Any) -> None:
         "--emulator",
         choices=("embedded", "localstack", "aws"),
         default="embedded",
-        help="embedded: moto in a child process (no Docker); localstack: LocalStack by docker compose; "
+        help="embedded: moto in a child process (no Docker); localstack: a LocalStack that answers, else "
+        "compose.yaml's (Docker), else host mode (`loom localstack install`); "
         "aws: target a deployed stack (--stack) instead of running anything (default embedded)",
+    )
+    up.add_argument(
+        "--localstack-dynamodb",
+        choices=("auto", "localstack", "embedded"),
+        default="auto",
+        help="with --emulator localstack: whose DynamoDB. auto: LocalStack's, except a host-mode LocalStack "
+        "without DynamoDB Local (offline), where the embedded emulator serves it on --port; localstack: "
+        "LocalStack's (host mode fetches DynamoDB Local on first use, online); embedded: the embedded emulator's",
     )
     up.add_argument("--host", default="127.0.0.1", help="address the emulator and control plane listen on")
     up.add_argument("--port", type=int, default=5230, help="embedded emulator port (0: any free port)")
@@ -200,6 +209,19 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
     out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}\n")
+    for service, url in (info.get("aws_endpoints") or {}).items():
+        out.write(f"  {service} (AWS_ENDPOINT_URL_{service.upper()}): {url}\n")
+    localstack = info.get("localstack") or {}
+    if localstack.get("mode") == "host":
+        out.write(
+            f"  localstack:                  started LocalStack {localstack.get('version')} in host mode "
+            f"(pid {localstack.get('pid')}, venv {localstack.get('venv')}), log {localstack.get('log')}\n"
+        )
+    elif localstack.get("mode"):
+        how = "started by docker compose" if localstack["mode"] == "docker" else "already running, left running"
+        out.write(f"  localstack:                  {how}\n")
+    if localstack.get("dynamodb_note"):
+        out.write(f"  dynamodb:                    {localstack['dynamodb_note']}\n")
     signing = " (AWS_IAM: SigV4 with the stack file's key)" if info.get("control_plane_credentials") else ""
     out.write(f"  control plane:               {info.get('control_plane_url')}{signing}\n")
     if info.get("console_url"):
@@ -300,6 +322,7 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
         parameters=_pairs(args.parameter, "--parameter"),
         region=args.region or REGION,
         endpoint_url=args.endpoint_url,
+        localstack_dynamodb=args.localstack_dynamodb,
         log_file=Path(args.log_file) if args.log_file else None,
         log_stream=log_stream,
         persist=True,
@@ -411,6 +434,7 @@ def _up_detached(args: argparse.Namespace) -> int:
 
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
     argv = ["up", "--emulator", args.emulator, "--host", args.host, "--port", str(args.port)]
+    argv += ["--localstack-dynamodb", args.localstack_dynamodb]
     argv += ["--api-port", str(args.api_port), "--log-level", args.log_level]
     if args.no_console:
         argv += ["--no-console"]

@@ -1,7 +1,8 @@
 """The AWS APIs the local stack talks to: moto (embedded), LocalStack, or none.
 
-The embedded emulator is moto's server in a child process; LocalStack runs from
-compose.yaml through ``docker compose``. Either way the functions reach it the
+The embedded emulator is moto's server in a child process; LocalStack is one that
+answers already, else compose.yaml's through ``docker compose``, else host mode
+(loom.local.localstack_host) where no Docker engine answers. Either way the functions reach it the
 way they reach AWS: boto3 honouring ``AWS_ENDPOINT_URL``.
 """
 
@@ -16,14 +17,27 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from loom.local import localstack_host
 from loom.template import ROOT
 
 COMPOSE_FILE = ROOT / "compose.yaml"
 LOCALSTACK_URL = "http://localhost:4566"
+# What host mode serves when the caller names nothing: what the local stack calls (kms: the table's SSE).
+DEFAULT_HOST_SERVICES = ("dynamodb", "iam", "kms", "sqs", "sts")
+# Host mode with --localstack-dynamodb localstack and no DynamoDB Local yet: how long LocalStack may
+# take to fetch it (and Java) on the first DynamoDB call before the stack gives up with the reason.
+DYNAMODB_FETCH_TIMEOUT = 300.0
 
 
 class EmulatorError(RuntimeError):
@@ -145,16 +159,86 @@ def compose_command() -> list[str]:
     raise EmulatorError("neither `docker compose` nor `docker-compose` is installed; --emulator localstack needs them")
 
 
+def dynamodb_answers(endpoint_url: str, region: str, timeout: float) -> str | None:
+    """None when DynamoDB at ``endpoint_url`` answers ListTables within ``timeout``, else why not."""
+    creds = fake_credentials(region)
+    client = boto3.session.Session(
+        aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
+        region_name=region,
+    ).client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        config=Config(connect_timeout=5, read_timeout=timeout, retries={"max_attempts": 1, "mode": "standard"}),
+    )
+    try:
+        client.list_tables(Limit=1)
+    except (BotoCoreError, ClientError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+class LocalStackMode(Enum):
+    """How the LocalStack a stack uses came to run."""
+
+    RUNNING = "running"  # it answered already: someone else's, left running
+    DOCKER = "docker"  # compose.yaml, started here, `docker compose down` at stop
+    HOST = "host"  # host mode from `loom localstack install`'s venv, started here, stopped at stop
+
+
+class DynamoSource(Enum):
+    """Who serves DynamoDB next to LocalStack's SQS, STS/IAM, EventBridge and CloudFormation."""
+
+    AUTO = "auto"  # LocalStack's, unless host mode has no DynamoDB Local (offline): then the embedded one
+    LOCALSTACK = "localstack"  # LocalStack's (host mode: LocalStack fetches DynamoDB Local on first use, online)
+    EMBEDDED = "embedded"  # the embedded emulator's, whatever LocalStack could do
+
+
+def dynamodb_verdict(choice: DynamoSource, mode: LocalStackMode, dynamodb_local: bool) -> tuple[DynamoSource, str]:
+    """Whose DynamoDB the stack uses (LOCALSTACK or EMBEDDED), and the reason, for the stack's output."""
+    if choice is DynamoSource.EMBEDDED:
+        return DynamoSource.EMBEDDED, "DynamoDB from the embedded emulator (--localstack-dynamodb embedded)"
+    if choice is DynamoSource.LOCALSTACK:
+        return DynamoSource.LOCALSTACK, "DynamoDB from LocalStack (--localstack-dynamodb localstack)"
+    if mode is not LocalStackMode.HOST or dynamodb_local:
+        return DynamoSource.LOCALSTACK, "DynamoDB from LocalStack"
+    return DynamoSource.EMBEDDED, (
+        "offline: DynamoDB from the embedded emulator (host-mode LocalStack has no DynamoDB Local, which it would "
+        "fetch on first use; --localstack-dynamodb localstack lets it, online)"
+    )
+
+
 class LocalStackEmulator:
-    """LocalStack from compose.yaml: ``docker compose up -d --wait``, health-checked."""
+    """A LocalStack that answers, else compose.yaml's (Docker), else host mode (installed venv)."""
 
     kind = "localstack"
 
-    def __init__(self, endpoint_url: str | None = None, compose_file: Path = COMPOSE_FILE) -> None:
+    def __init__(
+        self,
+        endpoint_url: str | None = None,
+        compose_file: Path = COMPOSE_FILE,
+        *,
+        home: Path | None = None,
+        log_path: Path | None = None,
+        services: Iterable[str] = (),
+        dynamodb: DynamoSource = DynamoSource.AUTO,
+    ) -> None:
         self.endpoint_url = endpoint_url or os.environ.get("LOCALSTACK_ENDPOINT", LOCALSTACK_URL)
         self.compose_file = compose_file
+        self.home = home or localstack_host.localstack_home()
+        self.log_path = log_path or self.home / "localstack.log"
+        self.services = tuple(services)
+        self.dynamodb_choice = dynamodb
+        self.fetch_timeout = DYNAMODB_FETCH_TIMEOUT
         self.started_here = False
-        self.pid: int | None = None
+        self.mode: LocalStackMode | None = None
+        self.host: localstack_host.HostLocalStack | None = None
+        self.dynamodb = DynamoSource.LOCALSTACK
+        self.dynamodb_note = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self.host.pid if self.host is not None else None
 
     def _compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -166,16 +250,16 @@ class LocalStackEmulator:
         )
 
     def start(self, timeout: float = 180.0) -> LocalStackEmulator:
-        ok, why = docker_available()
-        if not ok:
-            raise EmulatorError(f"--emulator localstack needs Docker: {why}")
-        # A LocalStack that already answers belongs to someone else (another stack, the
-        # user's own compose): use it, and leave it running when this stack stops.
-        if not self._answers():
-            done = self._compose("up", "-d", "--wait", timeout=timeout)
-            if done.returncode != 0:
-                raise EmulatorError(f"docker compose up failed:\n{done.stderr.strip()}")
-            self.started_here = True
+        # A LocalStack that already answers belongs to someone else (another stack, the user's own
+        # compose or host-mode process): use it, Docker or not, and leave it running at stop.
+        if self._answers():
+            self.mode = LocalStackMode.RUNNING
+        else:
+            ok, why = docker_available()
+            if ok:
+                self._start_compose(timeout)
+            else:
+                self._start_host(why, timeout)
         wait_http(
             f"{self.endpoint_url}/_localstack/health",
             timeout,
@@ -185,16 +269,84 @@ class LocalStackEmulator:
                 if k in ("dynamodb", "sqs")
             ),
         )
+        assert self.mode is not None
+        has_local = self._dynamodb_local()
+        self.dynamodb, self.dynamodb_note = dynamodb_verdict(self.dynamodb_choice, self.mode, has_local)
+        if self.mode is LocalStackMode.HOST and self.dynamodb is DynamoSource.LOCALSTACK and not has_local:
+            self._fetch_dynamodb_local()
         return self
 
-    def _answers(self) -> bool:
+    def _fetch_dynamodb_local(self) -> None:
+        """The first DynamoDB call makes LocalStack download DynamoDB Local: online only, so say so if it fails."""
+        why = dynamodb_answers(self.endpoint_url, os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), self.fetch_timeout)
+        if why is not None:
+            self.stop()
+            raise EmulatorError(
+                f"LocalStack's DynamoDB did not answer within {self.fetch_timeout:.0f}s ({why}): host mode has no "
+                "DynamoDB Local, which LocalStack fetches on first use, and that needs the internet. Offline, "
+                "`--localstack-dynamodb auto` (the default) or `embedded` serves DynamoDB from the embedded emulator"
+            )
+
+    def _start_compose(self, timeout: float) -> None:
+        done = self._compose("up", "-d", "--wait", timeout=timeout)
+        if done.returncode != 0:
+            raise EmulatorError(f"docker compose up failed:\n{done.stderr.strip()}")
+        self.mode, self.started_here = LocalStackMode.DOCKER, True
+
+    def _start_host(self, no_docker: str, timeout: float) -> None:
+        where = urllib.parse.urlsplit(self.endpoint_url)
+        if where.hostname not in ("localhost", "127.0.0.1"):
+            raise EmulatorError(
+                f"no LocalStack answers at {self.endpoint_url} and {no_docker}; host mode starts LocalStack on "
+                "this machine only, on 127.0.0.1: an --endpoint-url on localhost or 127.0.0.1 lets it"
+            )
+        installation = localstack_host.installed(self.home)
+        if installation is None:
+            raise EmulatorError(
+                f"no LocalStack answers at {self.endpoint_url} and {no_docker}, so it would run in host mode, but "
+                + localstack_host.not_installed_message(self.home)
+            )
+        port = where.port or 4566
+        host = localstack_host.HostLocalStack(
+            installation, self.home / "data", port, self.services or DEFAULT_HOST_SERVICES, self.log_path
+        )
         try:
-            with urllib.request.urlopen(f"{self.endpoint_url}/_localstack/health", timeout=2) as answer:
-                return answer.status == 200
-        except (OSError, ValueError):
+            self.host = host.start(timeout)
+        except localstack_host.HostModeError as exc:
+            raise EmulatorError(f"host-mode LocalStack did not start: {exc}") from exc
+        self.mode, self.started_here = LocalStackMode.HOST, True
+
+    def _dynamodb_local(self) -> bool:
+        """Host mode: whether LocalStack has DynamoDB Local already (so using it downloads nothing)."""
+        if self.host is None:
             return False
+        return localstack_host.has_dynamodb_local(self.host)
+
+    def _answers(self) -> bool:
+        return localstack_host.health(self.endpoint_url) is not None
+
+    def describe(self) -> dict[str, Any]:
+        """What the stack file and `loom up` say about this LocalStack."""
+        out: dict[str, Any] = {
+            "mode": self.mode.value if self.mode else None,
+            "endpoint_url": self.endpoint_url,
+            "dynamodb": self.dynamodb.value,
+            "dynamodb_note": self.dynamodb_note,
+        }
+        if self.host is not None:
+            out.update(
+                pid=self.host.pid,
+                version=localstack_host.LOCALSTACK_VERSION,
+                venv=str(self.host.installation.venv),
+                data_dir=str(self.host.data_dir),
+                log=str(self.host.log_path),
+            )
+        return out
 
     def stop(self) -> None:
-        if self.started_here:
+        if self.host is not None:
+            self.host.stop()
+            self.host = None
+        elif self.started_here:
             self._compose("down", timeout=120)
-            self.started_here = False
+        self.started_here = False

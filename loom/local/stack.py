@@ -35,8 +35,9 @@ from loom import stackfile
 from loom.local import clock as offset_clock
 from loom.local import concurrency, procs, snapshot
 from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
+from loom.local.aws_services import template_services
 from loom.local.client import LocalApi
-from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
+from loom.local.emulator import DynamoSource, EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
 from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
@@ -108,6 +109,10 @@ class StackOptions:
     parameters: Mapping[str, str] = field(default_factory=dict)  # template parameter overrides
     region: str = REGION
     endpoint_url: str | None = None  # LocalStack's endpoint (default http://localhost:4566)
+    # LocalStack: whose DynamoDB (auto: LocalStack's, unless host mode has no DynamoDB Local: the embedded one).
+    localstack_dynamodb: str = DynamoSource.AUTO.value
+    # Host mode's venv and data; None: $LOOM_LOCALSTACK_HOME, else <state dir>/localstack.
+    localstack_home: Path | None = None
     template: Path = TEMPLATE
     log_file: Path | None = None  # where function and emulator output goes; None = inherit stdout
     log_stream: IO[Any] | None = None  # or this open stream (not closed by the stack), e.g. a console relay
@@ -128,9 +133,13 @@ class StackOptions:
 
 
 class _EndpointSession:
-    """A boto3 session whose clients all talk to the emulator (without touching os.environ)."""
+    """A boto3 session whose clients all talk to the emulator (without touching os.environ).
 
-    def __init__(self, endpoint_url: str, region: str) -> None:
+    ``endpoints`` sends some services elsewhere (DynamoDB to the embedded emulator next to a
+    host-mode LocalStack), as boto3's per-service ``AWS_ENDPOINT_URL_<SERVICE>`` does for the functions.
+    """
+
+    def __init__(self, endpoint_url: str, region: str, endpoints: Mapping[str, str] | None = None) -> None:
         creds = fake_credentials(region)
         self._session = boto3.session.Session(
             aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
@@ -139,10 +148,11 @@ class _EndpointSession:
             region_name=region,
         )
         self.endpoint_url = endpoint_url
+        self.endpoints = dict(endpoints or {})
         self.region_name = region
 
     def client(self, name: str, **kwargs: Any) -> Any:
-        return self._session.client(name, endpoint_url=self.endpoint_url, **kwargs)
+        return self._session.client(name, endpoint_url=self.endpoints.get(name, self.endpoint_url), **kwargs)
 
 
 def _base_env() -> dict[str, str]:
@@ -171,6 +181,8 @@ class LocalStack:
         self.endpoint_url: str | None = None
         self.started_at: float | None = None
         self._emulator: EmbeddedEmulator | LocalStackEmulator | None = None
+        self._dynamodb_emulator: EmbeddedEmulator | None = None  # next to a LocalStack without DynamoDB
+        self.service_endpoints: dict[str, str] = {}  # service -> endpoint, where it is not endpoint_url
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
         self.console: Any = None  # loom.console.server.ConsoleServer when options.console_port is set
@@ -236,9 +248,9 @@ class LocalStack:
             state_file = self.state_file if opts.persist else None
             self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log, state_file=state_file).start()
         else:
-            self._emulator = LocalStackEmulator(opts.endpoint_url).start()
+            self._start_localstack(emulator_log)
         self.endpoint_url = self._emulator.endpoint_url
-        self._session = _EndpointSession(self.endpoint_url, opts.region)
+        self._session = _EndpointSession(self.endpoint_url, opts.region, self.service_endpoints)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
         if saved is not None:
             self.restored = snapshot.restore(self._session, saved)
@@ -268,6 +280,21 @@ class LocalStack:
             table=self.refs.get("Table"),
             worker_pids=self.worker_pids(),
         )
+
+    def _start_localstack(self, emulator_log: IO[Any]) -> None:
+        opts = self.options
+        localstack = LocalStackEmulator(
+            opts.endpoint_url,
+            home=opts.localstack_home,
+            log_path=self.state_dir / "localstack.log",
+            services=template_services(self.template.resources),
+            dynamodb=DynamoSource(opts.localstack_dynamodb),
+        )
+        self._emulator = localstack.start()
+        self._log.info("localstack.started", **localstack.describe())
+        if localstack.dynamodb is DynamoSource.EMBEDDED:
+            self._dynamodb_emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log).start()
+            self.service_endpoints["dynamodb"] = self._dynamodb_emulator.endpoint_url
 
     def _start_console(self) -> None:
         if self.options.console_port is None or self.api_url is None:
@@ -322,6 +349,9 @@ class LocalStack:
         if self._emulator is not None:
             with contextlib.suppress(Exception):
                 self._emulator.stop()
+        if self._dynamodb_emulator is not None:
+            with contextlib.suppress(Exception):
+                self._dynamodb_emulator.stop()
         if self.options.write_stack_file:
             current = stackfile.read(self.state_dir)
             if current is not None and current.get("supervisor_pid") == os.getpid():
@@ -359,6 +389,7 @@ class LocalStack:
             env.update(
                 {
                     "AWS_ENDPOINT_URL": self.endpoint_url or "",
+                    **{f"AWS_ENDPOINT_URL_{name.upper()}": url for name, url in self.service_endpoints.items()},
                     "LOOM_CLOCK_OFFSET_FILE": str(self.clock_offset_file),
                     "AWS_LAMBDA_FUNCTION_NAME": name,
                     "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
@@ -584,7 +615,7 @@ class LocalStack:
 
     def all_pids(self) -> list[int]:
         """The supervisor, the emulator and every function process: what `loom down` may end."""
-        pids = [os.getpid(), getattr(self._emulator, "pid", None)]
+        pids = [os.getpid(), getattr(self._emulator, "pid", None), getattr(self._dynamodb_emulator, "pid", None)]
         pids += [pid for pool in self.pools.values() for pid in pool.pids()]
         return [p for p in pids if p]
 
@@ -594,6 +625,8 @@ class LocalStack:
             "emulator": self.options.emulator,
             "region": self.options.region,
             "aws_endpoint_url": self.endpoint_url,
+            "aws_endpoints": dict(self.service_endpoints),  # per service, where not aws_endpoint_url
+            "localstack": self._emulator.describe() if isinstance(self._emulator, LocalStackEmulator) else None,
             "control_plane_url": self.api_url,
             "control_plane_credentials": self.principal.to_json(),
             # Carries the console's session token: the stack file is owner-only for the key above already.

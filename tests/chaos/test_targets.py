@@ -117,3 +117,21 @@ def test_a_stack_deployed_into_localstack_kills_through_docker_or_says_why_not(m
     assert "Lambda containers inside LocalStack: no Docker engine answers" in (without.why_not(KILL) or "")
     assert with_docker.can(KILL) and with_docker.docker_kill and with_docker.worker_pids() == []
     assert without.can(PURGE) and not without.can(TIME)
+
+
+def test_a_run_on_localstack_says_when_dynamodb_comes_from_the_embedded_emulator() -> None:
+    note = "offline: DynamoDB from the embedded emulator (host-mode LocalStack has no DynamoDB Local)"
+    target = Target(
+        kind="localstack",
+        region="us-east-1",
+        endpoint_url="http://localhost:4566",
+        table="loom-chaos",
+        queue_url="q",
+        dlq_url="d",
+        endpoints={"dynamodb": "http://127.0.0.1:5230"},
+        note=note,
+    )
+    said = target.describe()
+    assert said.startswith("http://localhost:4566") and note in said and "dynamodb at http://127.0.0.1:5230" in said
+    assert target.client("dynamodb").meta.endpoint_url == "http://127.0.0.1:5230"
+    assert target.client("sqs").meta.endpoint_url == "http://localhost:4566"

@@ -167,3 +167,19 @@ def test_sam_local_invoke_reaches_the_embedded_stack(tmp_path: Path):
         assert done.returncode == 0, done.stderr[-2000:]
         report = json.loads(done.stdout.strip().splitlines()[-1])
         assert set(report) >= {"due", "redriven", "woken"}, (report, time.monotonic() - t0)
+
+
+@pytest.mark.skipif(DOCKER, reason="checks the message given where no Docker engine answers")
+def test_deploy_localstack_without_docker_stops_before_deploying_anything(tmp_path: Path):
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "deploy-localstack")],
+        cwd=ROOT,
+        env={**os.environ, "LOCALSTACK_ENDPOINT": "http://127.0.0.1:9"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "LocalStack runs Lambda code in Docker containers" in done.stderr
+    assert "--check-non-lambda" in done.stderr
+    assert "sam build" not in done.stderr and "starting LocalStack" not in done.stderr

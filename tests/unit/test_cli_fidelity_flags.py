@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos import runner as chaos_runner
 from loom.cli import chaos as chaos_cli
 from loom.cli import local as local_cli
 
@@ -91,3 +92,14 @@ def test_up_refuses_a_schedule_eventbridge_rejects_with_a_clear_error(
     err = capsys.readouterr().err
     assert "the stack did not start" in err and "EventBridge rejects 'rate(5 minute)'" in err
     assert not list(tmp_path.glob("stack.json"))  # nothing started, nothing left behind
+
+
+def test_chaos_all_only_runs_the_named_scenarios_in_the_tables_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+    monkeypatch.setattr(chaos_runner, "run_all", lambda names, **kw: ran.append(names) or [])
+    args = parse("chaos", "all", "--only", "poison_step,duplicate_delivery")
+    assert chaos_cli.run(args) == 0
+    assert ran == [["duplicate_delivery", "poison_step"]]
+    assert chaos_cli.run(parse("chaos", "poison_step", "--only", "poison_step")) == 2
+    with pytest.raises(SystemExit):
+        parse("chaos", "all", "--only", "duplicate_delivery,no_such_scenario")
