@@ -16,6 +16,14 @@ from loom.template import ROOT
 pytestmark = pytest.mark.integration
 
 TOOLS = ("bash", "dirname", "env", "cat")
+# After the browser's install: LocalStack's, both tiers with the arguments passed on, the chaos
+# table on LocalStack.
+AFTER_THE_BROWSER = [
+    "scripts/install-localstack ",
+    "scripts/test -k console",
+    "scripts/test --slow -k console",
+    ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml",
+]
 
 
 def sandbox(tmp_path: Path, *, uid: int, present: tuple[str, ...]) -> tuple[Path, Path]:
@@ -33,8 +41,10 @@ def sandbox(tmp_path: Path, *, uid: int, present: tuple[str, ...]) -> tuple[Path
     for name, body in stubs.items():
         (bin_dir / name).write_text("#!/bin/sh\n" + body)
         (bin_dir / name).chmod(0o755)
-    (repo / "scripts" / "test").write_text(f'#!/bin/sh\necho "scripts/test $*" >> {log}\n')
-    (repo / "scripts" / "test").chmod(0o755)
+    for script in ("scripts/test", "scripts/install-localstack", ".venv/bin/loom"):
+        (repo / script).parent.mkdir(parents=True, exist_ok=True)
+        (repo / script).write_text(f'#!/bin/sh\necho "{script} $*" >> {log}\n')
+        (repo / script).chmod(0o755)
     for tool in TOOLS:  # only these from the system: chromium must not be found on the real PATH
         found = shutil.which(tool)
         assert found, tool
@@ -63,8 +73,7 @@ def test_as_root_without_a_browser_it_installs_chromium_then_runs_the_tests(tmp_
     assert install[:2] == ["apt-get", "install"] and "-y" in install and "-qq" in install
     assert {"chromium", "chromium-driver"} <= set(install)
     assert calls[1].endswith("DEBIAN_FRONTEND=noninteractive")
-    # then both tiers, with the arguments passed on
-    assert calls[2:] == ["scripts/test -k console", "scripts/test --slow -k console"]
+    assert calls[2:] == AFTER_THE_BROWSER
 
 
 def test_a_missing_driver_alone_is_installed_too(tmp_path: Path) -> None:
@@ -78,17 +87,23 @@ def test_not_root_or_already_installed_installs_nothing(tmp_path: Path, uid: int
     repo, log = sandbox(tmp_path, uid=uid, present=present)
     done = run(repo, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines() == ["scripts/test -k console", "scripts/test --slow -k console"]
+    assert log.read_text().splitlines() == AFTER_THE_BROWSER
 
 
 def test_a_failing_default_tier_fails_the_run_before_the_slow_tier(tmp_path: Path) -> None:
     repo, log = sandbox(tmp_path, uid=1000, present=())
     (repo / "scripts" / "test").write_text(f'#!/bin/sh\necho "scripts/test $*" >> {log}\nexit 3\n')
     done = run(repo, tmp_path)
-    assert done.returncode == 3 and log.read_text().splitlines() == ["scripts/test -k console"]
+    assert done.returncode == 3 and log.read_text().splitlines() == AFTER_THE_BROWSER[:2]
 
 
-def test_the_real_script_is_executable_and_ends_in_both_tiers() -> None:
+def test_the_real_script_is_executable_and_ends_in_both_tiers_and_the_localstack_table() -> None:
     script = ROOT / ".ci" / "run"
     assert os.access(script, os.X_OK)
-    assert script.read_text().rstrip().splitlines()[-2:] == ['./scripts/test "$@"', './scripts/test --slow "$@"']
+    lines = [line for line in script.read_text().splitlines() if line and not line.startswith("#")]
+    assert lines[-4:] == [
+        "./scripts/install-localstack",
+        './scripts/test "$@"',
+        './scripts/test --slow "$@"',
+        ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml",
+    ]
