@@ -399,21 +399,44 @@ def test_each_function_logs_only_to_its_own_log_group(tpl: Template) -> None:
                 assert st["Resource"] != "*" and "*" not in st["Resource"], st
 
 
+CHAOS_REFUSED = (
+    "NoChaosInProd: ChaosCrashAfterCheckpoint may be on only in a development stage (dev, test, local, ci, chaos)."
+)
+
+
 @pytest.mark.parametrize(
     ("stage", "chaos", "refused"),
-    [("prod", "on", True), ("production", "on", True), ("prod", "off", False), ("dev", "on", False)],
+    [
+        ("prod", "on", True),
+        ("production", "on", True),
+        # Not named prod, still not a development stage: a deny-list let these through.
+        ("prod-eu", "on", True),
+        ("live", "on", True),
+        ("staging", "on", True),
+        ("dev2", "on", True),
+        ("prod", "off", False),
+        ("prod-eu", "off", False),
+        ("dev", "on", False),
+        ("test", "on", False),
+        ("ci", "on", False),
+        ("chaos", "on", False),
+    ],
 )
-def test_the_chaos_switch_cannot_be_on_in_prod(tpl: Template, stage: str, chaos: str, refused: bool) -> None:
+def test_the_chaos_switch_is_on_only_in_a_development_stage(
+    tpl: Template, stage: str, chaos: str, refused: bool
+) -> None:
     refs = {**tpl.parameter_defaults(), "Stage": stage, "ChaosCrashAfterCheckpoint": chaos}
     broken = tpl.broken_rules(refs)
     assert bool(broken) is refused
     if refused:
-        assert broken == ["NoChaosInProd: ChaosCrashAfterCheckpoint must be off in the prod stage."]
+        assert broken == [CHAOS_REFUSED]
 
 
 def test_the_prod_rule_reaches_cloudformation() -> None:
     rule = transformed()["Rules"]["NoChaosInProd"]
-    assert rule["RuleCondition"] == {"Fn::Contains": [["prod", "production"], {"Ref": "Stage"}]}
+    assert rule["RuleCondition"] == {
+        "Fn::Not": [{"Fn::Contains": [["dev", "test", "local", "ci", "chaos"], {"Ref": "Stage"}]}]
+    }
     assert rule["Assertions"][0]["Assert"] == {"Fn::Equals": [{"Ref": "ChaosCrashAfterCheckpoint"}, "off"]}
 
 
@@ -441,10 +464,10 @@ def test_local_resources_carry_the_encryption_and_the_queue_policy(aws: dict[str
 def test_the_local_stack_refuses_chaos_in_prod_before_creating_anything(aws: dict[str, Any]) -> None:
     from loom.template import create_resources
 
-    with pytest.raises(ValueError, match="ChaosCrashAfterCheckpoint must be off in the prod stage"):
-        create_resources(aws["session"], parameters={"Stage": "prod", "ChaosCrashAfterCheckpoint": "on"})
-    assert "loom-prod" not in aws["dynamodb"].list_tables()["TableNames"]
-    assert not any("loom-prod" in u for u in aws["sqs"].list_queues().get("QueueUrls", []))
+    with pytest.raises(ValueError, match="may be on only in a development stage"):
+        create_resources(aws["session"], parameters={"Stage": "prod-eu", "ChaosCrashAfterCheckpoint": "on"})
+    assert "loom-prod-eu" not in aws["dynamodb"].list_tables()["TableNames"]
+    assert not any("loom-prod-eu" in u for u in aws["sqs"].list_queues().get("QueueUrls", []))
 
 
 def test_the_sweep_period_is_the_sweepers_schedule(tpl: Template) -> None:
