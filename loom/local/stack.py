@@ -33,7 +33,7 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
-from loom.local import concurrency, procs, snapshot
+from loom.local import concurrency, private, procs, snapshot
 from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
 from loom.local.client import LocalApi
 from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
@@ -215,7 +215,7 @@ class LocalStack:
 
     def _start(self) -> None:
         opts = self.options
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private.private_dir(self.state_dir)
         if opts.emulator == "embedded":
             check_port(opts.host, opts.port, "--port")
         check_port(opts.host, opts.api_port, "--api-port")
@@ -245,7 +245,8 @@ class LocalStack:
             if self.restored["skipped"]:
                 # The next save would drop them: keep the whole file aside first.
                 backup = self.state_dir / f"emulator-state.{int(time.time())}.json"
-                shutil.copy2(self.state_file, backup)
+                shutil.copyfile(self.state_file, backup)
+                os.chmod(backup, private.FILE_MODE)
                 self.restored["backup"] = str(backup)
             self._log.info("state.restored", file=str(self.state_file), **self.restored)
         if isinstance(self._emulator, EmbeddedEmulator) and opts.persist:
