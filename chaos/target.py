@@ -66,6 +66,8 @@ class Target:
     missing: dict[str, str] = field(default_factory=dict)  # capability -> why it is unavailable
     sweeper_function: str | None = None  # aws: the sweeper Lambda's name
     docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
+    # The embedded emulator's admin key (loom.local.emulator.EmulatorKeys); None: LocalStack takes any key.
+    emulator_keys: Any = None
 
     # ------------------------------------------------------------ construction
 
@@ -96,6 +98,7 @@ class Target:
             dlq_url=refs.get("DeadLetterQueue") or info["dlq_url"],
             api_url=getattr(stack, "api_url", None) or info.get("control_plane_url"),
             api_credentials=stack.principal.credentials() if hasattr(stack, "principal") else None,
+            emulator_keys=getattr(stack, "emulator_keys", None),
             stack=stack,
             clock_offset_file=Path(offset) if offset else None,
             proxy=proxy,
@@ -120,6 +123,9 @@ class Target:
         # Without the stack's credentials the control plane answers 403: use the engine API.
         stored = info.get("control_plane_credentials")
         creds = Principal.from_json(stored) if stored else None
+        from loom.local.emulator import EmulatorKeys
+
+        admin = info.get("emulator_credentials")
         return cls(
             kind=kind,
             region=info.get("region") or "us-east-1",
@@ -129,6 +135,7 @@ class Target:
             dlq_url=info["dlq_url"],
             api_url=info.get("control_plane_url") if creds else None,
             api_credentials=creds.credentials() if creds else None,
+            emulator_keys=EmulatorKeys.from_json(admin) if admin else None,
             clock_offset_file=Path(offset) if offset else None,
             missing=missing,
             settings={},
@@ -202,6 +209,8 @@ class Target:
     def session(self) -> Any:
         if self.kind == "aws":
             return boto3.session.Session(region_name=self.region)
+        if self.emulator_keys is not None:
+            return self.emulator_keys.session(self.region)  # the embedded emulator checks signatures
         from loom.local.emulator import fake_credentials
 
         creds = fake_credentials(self.region)
@@ -424,7 +433,8 @@ class Target:
                     # which must not go to an emulator), as the stack's own functions get fake ones.
                     from loom.local.emulator import fake_credentials
 
-                    env.update(fake_credentials(self.region))
+                    keys = self.emulator_keys
+                    env.update(keys.env(self.region) if keys is not None else fake_credentials(self.region))
             if self.clock_offset_file:
                 env["LOOM_CLOCK_OFFSET_FILE"] = str(self.clock_offset_file)
         env.setdefault("AWS_REGION", self.region)

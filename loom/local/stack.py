@@ -36,10 +36,11 @@ from loom.local import clock as offset_clock
 from loom.local import concurrency, private, procs, snapshot
 from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
 from loom.local.client import LocalApi
-from loom.local.emulator import EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
+from loom.local.emulator import EmbeddedEmulator, EmulatorError, EmulatorKeys, LocalStackEmulator, fake_credentials
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
 from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
+from loom.local.iam import create_and_assume, function_roles
 from loom.local.imports import FunctionImports, check_group, group_checks
 from loom.local.package import FunctionPackage
 from loom.local.package import build as build_package
@@ -128,14 +129,17 @@ class StackOptions:
 
 
 class _EndpointSession:
-    """A boto3 session whose clients all talk to the emulator (without touching os.environ)."""
+    """A boto3 session whose clients all talk to the emulator (without touching os.environ).
 
-    def __init__(self, endpoint_url: str, region: str) -> None:
-        creds = fake_credentials(region)
+    The embedded emulator's: signed as its admin user. LocalStack takes any key.
+    """
+
+    def __init__(self, endpoint_url: str, region: str, keys: EmulatorKeys | None = None) -> None:
+        creds = keys.env(region) if keys is not None else fake_credentials(region)
         self._session = boto3.session.Session(
             aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
-            aws_session_token=creds["AWS_SESSION_TOKEN"],
+            aws_session_token=creds.get("AWS_SESSION_TOKEN"),
             region_name=region,
         )
         self.endpoint_url = endpoint_url
@@ -185,6 +189,8 @@ class LocalStack:
         self._session: _EndpointSession | None = None
         self._envs: dict[str, dict[str, str]] = {}
         self._roles: dict[str, str] = {}  # logical id -> worker | sweeper | api
+        self._role_envs: dict[str, dict[str, str]] = {}  # logical id -> its IAM role's credentials
+        self._role_names: dict[str, str] = {}  # logical id -> the IAM role it runs as
         self._tick_seconds: float | None = None
         self._log = get_logger(component="stack")
         # The one IAM principal the local Function URL accepts: new per stack, so a control plane
@@ -238,8 +244,9 @@ class LocalStack:
         else:
             self._emulator = LocalStackEmulator(opts.endpoint_url).start()
         self.endpoint_url = self._emulator.endpoint_url
-        self._session = _EndpointSession(self.endpoint_url, opts.region)
+        self._session = _EndpointSession(self.endpoint_url, opts.region, self.emulator_keys)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
+        self._assume_roles()
         if saved is not None:
             self.restored = snapshot.restore(self._session, saved)
             if self.restored["skipped"]:
@@ -348,6 +355,26 @@ class LocalStack:
             elif "FunctionUrlConfig" in props:
                 self._roles[logical_id] = "api"
 
+    @property
+    def emulator_keys(self) -> EmulatorKeys | None:
+        """The embedded emulator's admin key (None for LocalStack, which checks no signature)."""
+        return self._emulator.keys if isinstance(self._emulator, EmbeddedEmulator) else None
+
+    def _physical_name(self, logical_id: str) -> str:
+        props = self.template.resources[logical_id].get("Properties", {})
+        return str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
+
+    def _assume_roles(self) -> None:
+        """Each function's role from the template, assumed as Lambda assumes it (embedded emulator only)."""
+        keys = self.emulator_keys
+        if keys is None or self._session is None:
+            return
+        roles = function_roles(self.template, self.refs, str(self.refs["AWS::StackName"]))
+        roles = {k: v for k, v in roles.items() if k in self._roles}
+        names = {logical_id: self._physical_name(logical_id) for logical_id in roles}
+        self._role_envs = create_and_assume(self._session, roles, names, keys.user_arn, self.options.region)
+        self._role_names = {k: v.role_name for k, v in roles.items()}
+
     def _plan_functions(self) -> None:
         opts = self.options
         for logical_id in self._roles:
@@ -356,7 +383,8 @@ class LocalStack:
             name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
             env = _base_env()
             env.update(function_environment(spec, self.refs, self.template))
-            env.update(fake_credentials(opts.region))
+            # Its role's credentials, as Lambda hands them over; LocalStack takes any key.
+            env.update(self._role_envs.get(logical_id) or fake_credentials(opts.region))
             env.update(
                 {
                     "AWS_ENDPOINT_URL": self.endpoint_url or "",
@@ -597,6 +625,9 @@ class LocalStack:
             "aws_endpoint_url": self.endpoint_url,
             "control_plane_url": self.api_url,
             "control_plane_credentials": self.principal.to_json(),
+            # The emulator's admin (the kit's clients sign with it) and moto-api key: owner-only file.
+            "emulator_credentials": self.emulator_keys.to_json() if self.emulator_keys is not None else None,
+            "function_roles": dict(self._role_names),
             # Carries the console's session token: the stack file is owner-only for the key above already.
             "console_url": self.console.url if self.console is not None else None,
             "table": self.refs.get("Table"),
@@ -651,7 +682,7 @@ class LocalStack:
         return dict(self._envs[logical_id])
 
     def client(self, service: str, **kwargs: Any) -> Any:
-        """A boto3 client for the emulator (fake credentials, no global environment touched)."""
+        """A boto3 client for the emulator, signed as its admin (no global environment touched)."""
         if self._session is None:
             raise EmulatorError("the stack is not started")
         return self._session.client(service, **kwargs)
