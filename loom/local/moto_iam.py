@@ -12,6 +12,9 @@ it gets wrong for the calls Loom makes, each of which would refuse what AWS allo
   ``dynamodb:TransactWriteItems``, which no policy names. A batch is its own action on each table.
 - SQS's batch calls are authorised as the single action (``SendMessageBatch`` needs
   ``sqs:SendMessage``); moto asks for ``sqs:SendMessageBatch``.
+- moto reads a policy's ``Action`` and ``Resource`` as regular expressions with ``*`` made
+  ``.*``: ``?`` (one character in IAM) broke the match and ``.`` matched any character; and it
+  compared actions case-sensitively, where IAM does not. Here: IAM's wildcards (:func:`glob_match`).
 
 :func:`checks` decides (pure); :func:`apply` replaces moto's per-request hook with one that
 checks the signature once and every (action, resource) pair in turn, and answers refusals in the
@@ -22,6 +25,7 @@ is listed in DESIGN.md's fidelity table (conditions, resource policies, ``?`` wi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,7 +38,7 @@ from moto.core.exceptions import (
     SignatureDoesNotMatchError,
 )
 from moto.dynamodb.responses import DynamoHandler
-from moto.iam.access_control import IAMRequest
+from moto.iam.access_control import IAMPolicyStatement, IAMRequest
 from moto.sqs.responses import SQSResponse
 
 TRANSACT_ITEM = {
@@ -74,6 +78,20 @@ def dynamodb_checks(action: str, params: Mapping[str, Any], region: str, account
         yield action, arn
     else:
         yield action, "*"  # ListTables and the like: no resource
+
+
+def glob_match(pattern: str, value: str, *, fold_case: bool = False) -> bool:
+    """IAM's wildcard match: ``*`` any run of characters, ``?`` exactly one, everything else literal."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, flags=re.DOTALL | (re.IGNORECASE if fold_case else 0)) is not None
+
+
+def _element_matches(self: Any, element: str, value: str) -> bool:
+    """moto's ``IAMPolicyStatement._check_element_matches`` with IAM's wildcards (actions case-insensitive)."""
+    patterns = self._statement[element]
+    patterns = patterns if isinstance(patterns, list) else [patterns]
+    fold = element in ("Action", "NotAction")
+    return any(glob_match(str(p), value, fold_case=fold) for p in patterns)
 
 
 def sqs_checks(action: str, resource: str) -> Iterator[tuple[str, str]]:
@@ -183,3 +201,4 @@ def _sqs_authorize(self: Any, resource: str = "*") -> None:
 def apply() -> None:
     DynamoHandler._authenticate_and_authorize_normal_action = _dynamodb_authorize  # type: ignore[method-assign]
     SQSResponse._authenticate_and_authorize_normal_action = _sqs_authorize  # type: ignore[method-assign]
+    IAMPolicyStatement._check_element_matches = _element_matches  # type: ignore[method-assign]
