@@ -294,9 +294,9 @@ def test_known_gap_resource_policies_are_not_evaluated(stack):
     """The queues' policy denies sqs:* without TLS (aws:SecureTransport false); the local stack speaks
     plain HTTP and moto evaluates no resource policy, so the functions' SQS calls pass locally."""
     sqs = stack.client("sqs")
-    policy = json.loads(sqs.get_queue_attributes(QueueUrl=stack.refs["StepQueue"], AttributeNames=["Policy"])[
-        "Attributes"
-    ]["Policy"])
+    policy = json.loads(
+        sqs.get_queue_attributes(QueueUrl=stack.refs["StepQueue"], AttributeNames=["Policy"])["Attributes"]["Policy"]
+    )
     assert policy["Statement"][0]["Effect"] == "Deny"
     worker = _as_function(stack, "WorkerFunction", "sqs")
     assert stack.endpoint_url is not None and stack.endpoint_url.startswith("http://")
