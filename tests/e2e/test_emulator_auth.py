@@ -302,3 +302,13 @@ def test_known_gap_resource_policies_are_not_evaluated(stack):
     assert stack.endpoint_url is not None and stack.endpoint_url.startswith("http://")
     sent = worker.send_message(QueueUrl=stack.refs["DeadLetterQueue"], MessageBody='{"loom": "probe"}')
     assert sent["MessageId"]
+
+
+def test_sam_local_invoke_gets_the_stacks_emulator_key_as_exports(stack):
+    from loom.local.samlocal import credential_exports
+
+    exports = credential_exports(stack.info)
+    assert stack.emulator_keys is not None
+    assert f"export AWS_ACCESS_KEY_ID={stack.emulator_keys.access_key_id}\n" in exports
+    with pytest.raises(ValueError, match="no running embedded stack"):
+        credential_exports({"emulator": "localstack"})
