@@ -202,7 +202,8 @@ def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = T
     """What the stack is; ``secrets=False`` for a log file: the console's URL without its token."""
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
-    out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}\n")
+    checked = " (SigV4 + IAM: the stack file's emulator_credentials)" if info.get("emulator_credentials") else ""
+    out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}{checked}\n")
     signing = " (AWS_IAM: SigV4 with the stack file's key)" if info.get("control_plane_credentials") else ""
     out.write(f"  control plane:               {info.get('control_plane_url')}{signing}\n")
     if info.get("console_url"):
