@@ -29,6 +29,7 @@ from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
 from engine.clock import Clock
 from engine.state import Execution, StepRecord
+from loom.local.emulator import EmulatorKeys
 
 # The kit's own calls: patient with a busy emulator, never through the throttling proxy.
 KIT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=60)
@@ -123,8 +124,6 @@ class Target:
         # Without the stack's credentials the control plane answers 403: use the engine API.
         stored = info.get("control_plane_credentials")
         creds = Principal.from_json(stored) if stored else None
-        from loom.local.emulator import EmulatorKeys
-
         admin = info.get("emulator_credentials")
         return cls(
             kind=kind,

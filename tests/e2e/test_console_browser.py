@@ -12,7 +12,9 @@ import http.client
 import json
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -547,9 +549,6 @@ class Attacker:
     """A web server on another 127.0.0.1 port: what the browser sends it, and what its page learns."""
 
     def __init__(self, console: Any) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        from threading import Thread
-
         self.seen: list[str] = []  # every request line, header and body it received
         self.reports: list[dict[str, Any]] = []
         page = ATTACK_PAGE.replace("{{console}}", console.base_url).encode()
@@ -580,7 +579,7 @@ class Attacker:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from loom.local.client import call
 from loom.local.emulator import API_KEY_HEADER, EmbeddedEmulator
+from loom.local.samlocal import credential_exports
 from loom.local.stack import LocalStack, StackOptions
 from loom.template import load
 
@@ -305,8 +306,6 @@ def test_known_gap_resource_policies_are_not_evaluated(stack):
 
 
 def test_sam_local_invoke_gets_the_stacks_emulator_key_as_exports(stack):
-    from loom.local.samlocal import credential_exports
-
     exports = credential_exports(stack.info)
     assert stack.emulator_keys is not None
     assert f"export AWS_ACCESS_KEY_ID={stack.emulator_keys.access_key_id}\n" in exports
