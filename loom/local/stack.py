@@ -379,8 +379,7 @@ class LocalStack:
         opts = self.options
         for logical_id in self._roles:
             spec = self._function_spec(logical_id)
-            props = self.template.resources[logical_id].get("Properties", {})
-            name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
+            name = self._physical_name(logical_id)
             env = _base_env()
             env.update(function_environment(spec, self.refs, self.template))
             # Its role's credentials, as Lambda hands them over; LocalStack takes any key.

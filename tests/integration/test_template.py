@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 from engine.adapters import dynamodb as ddb
 from engine.config import EngineConfig
 from functions import settings
-from loom.template import ROOT, Template
+from loom.local.iam import function_roles, local_trust
+from loom.template import ROOT, Template, TemplateError
 
 pytestmark = pytest.mark.integration
 
@@ -475,3 +477,50 @@ def test_the_sweep_period_is_the_sweepers_schedule(tpl: Template) -> None:
     sweeper = tpl.functions()["SweeperFunction"]
     schedules = [e["Properties"]["Schedule"] for e in sweeper.events.values() if e.get("Type") == "Schedule"]
     assert schedules == ["rate(1 minute)"] and EngineConfig.sweep_period_seconds == 60
+
+
+PHYSICAL = {
+    "WorkerFunction": "loom-dev-worker",
+    "SweeperFunction": "loom-dev-sweeper",
+    "ControlPlaneFunction": "loom-dev-control-plane",
+}
+
+
+def test_each_functions_local_role_carries_its_template_policies_resolved(tpl: Template, aws: dict[str, Any]) -> None:
+    refs = {k: v for k, v in aws.items() if isinstance(v, str)}
+    roles = function_roles(tpl, refs, "loom-dev")
+    assert {k: r.role_name for k, r in roles.items()} == {
+        "WorkerFunction": "loom-dev-WorkerRole",
+        "SweeperFunction": "loom-dev-SweeperRole",
+        "ControlPlaneFunction": "loom-dev-ControlPlaneRole",
+    }
+    for logical_id, role in roles.items():
+        ((policy_name, document),) = role.policies
+        assert policy_name.startswith("loom-")
+        local = json.loads(document)["Statement"]
+        assert len(local) == len(statements(tpl, logical_id))
+        resources = {r for st in local for r in st["Resource"]}
+        assert all(r.startswith("arn:aws:") for r in resources), resources  # every intrinsic resolved
+        assert f"arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/{PHYSICAL[logical_id]}:*" in resources
+    worker = json.loads(roles["WorkerFunction"].policies[0][1])["Statement"]
+    assert {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [aws["DeadLetterQueue.Arn"]]} in worker
+    admin = "arn:aws:iam::123456789012:user/loom-admin"
+    trust = json.loads(local_trust(admin))["Statement"]
+    assert trust == [{"Effect": "Allow", "Principal": {"AWS": admin}, "Action": "sts:AssumeRole"}]
+
+
+def test_a_function_without_a_role_gets_sams_default_and_its_own_policy_documents(
+    tpl: Template, aws: dict[str, Any]
+) -> None:
+    refs = {k: v for k, v in aws.items() if isinstance(v, str)}
+    doc = copy.deepcopy(tpl.doc)
+    props = doc["Resources"]["SweeperFunction"]["Properties"]
+    props.pop("Role")
+    props["Policies"] = [{"Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "arn:x"}]}]
+    roles = function_roles(Template(doc), refs, "loom-dev")
+    names = [name for name, _ in roles["SweeperFunction"].policies]
+    assert names == ["AWSLambdaBasicExecutionRole", "SweeperFunctionPolicy0"]
+    assert json.loads(roles["SweeperFunction"].policies[1][1])["Statement"][0]["Resource"] == "arn:x"
+    props["Policies"] = ["DynamoDBCrudPolicy"]
+    with pytest.raises(TemplateError, match="only policy documents"):
+        function_roles(Template(doc), refs, "loom-dev")
