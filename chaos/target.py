@@ -29,6 +29,7 @@ from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
 from engine.clock import Clock
 from engine.state import Execution, StepRecord
+from loom.local.emulator import EmulatorKeys
 
 # The kit's own calls: patient with a busy emulator, never through the throttling proxy.
 KIT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=60)
@@ -68,6 +69,8 @@ class Target:
     docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
     endpoints: dict[str, str] = field(default_factory=dict)  # service -> endpoint where not endpoint_url
     note: str = ""  # what the run should say about its emulator ("offline: DynamoDB from the embedded emulator")
+    # The embedded emulator's admin key (loom.local.emulator.EmulatorKeys); None: LocalStack takes any key.
+    emulator_keys: Any = None
 
     # ------------------------------------------------------------ construction
 
@@ -98,6 +101,7 @@ class Target:
             dlq_url=refs.get("DeadLetterQueue") or info["dlq_url"],
             api_url=getattr(stack, "api_url", None) or info.get("control_plane_url"),
             api_credentials=stack.principal.credentials() if hasattr(stack, "principal") else None,
+            emulator_keys=getattr(stack, "emulator_keys", None),
             stack=stack,
             clock_offset_file=Path(offset) if offset else None,
             proxy=proxy,
@@ -124,6 +128,7 @@ class Target:
         # Without the stack's credentials the control plane answers 403: use the engine API.
         stored = info.get("control_plane_credentials")
         creds = Principal.from_json(stored) if stored else None
+        admin = info.get("emulator_credentials")
         return cls(
             kind=kind,
             region=info.get("region") or "us-east-1",
@@ -133,6 +138,7 @@ class Target:
             dlq_url=info["dlq_url"],
             api_url=info.get("control_plane_url") if creds else None,
             api_credentials=creds.credentials() if creds else None,
+            emulator_keys=EmulatorKeys.from_json(admin) if admin else None,
             clock_offset_file=Path(offset) if offset else None,
             missing=missing,
             settings={},
@@ -217,6 +223,8 @@ class Target:
     def session(self) -> Any:
         if self.kind == "aws":
             return boto3.session.Session(region_name=self.region)
+        if self.emulator_keys is not None:
+            return self.emulator_keys.session(self.region)  # the embedded emulator checks signatures
         from loom.local.emulator import fake_credentials
 
         creds = fake_credentials(self.region)
@@ -442,7 +450,8 @@ class Target:
                     # which must not go to an emulator), as the stack's own functions get fake ones.
                     from loom.local.emulator import fake_credentials
 
-                    env.update(fake_credentials(self.region))
+                    keys = self.emulator_keys
+                    env.update(keys.env(self.region) if keys is not None else fake_credentials(self.region))
             if self.clock_offset_file:
                 env["LOOM_CLOCK_OFFSET_FILE"] = str(self.clock_offset_file)
         env.setdefault("AWS_REGION", self.region)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loom.local import procs
+from loom.local import private, procs
 
 FILENAME = "stack.json"
 
@@ -67,10 +67,10 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
 
 def write(info: dict[str, Any], directory: Path | None = None) -> Path:
     target = path(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private.private_dir(target.parent)
     tmp = target.with_suffix(".tmp")
-    # Owner-only: it holds the local control plane's signing key.
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+    # Owner-only: it holds the stack's keys (control plane, emulator admin) and the console's token.
+    with private.open_write(tmp) as fh:
         json.dump(info, fh, indent=2, sort_keys=True)
     os.replace(tmp, target)  # readers never see half a file
     return target

@@ -335,6 +335,11 @@ def create_resources(
             pass
         arn = ddb.describe_table(TableName=name)["Table"]["TableArn"]
         refs[logical_id], refs[f"{logical_id}.Arn"] = name, arn
+    # Not created locally (nothing reads CloudWatch Logs here), but the roles' policies name them.
+    for logical_id, res in tpl.of_type("AWS::Logs::LogGroup").items():
+        name = str(tpl.resolve(res.get("Properties", {}).get("LogGroupName", logical_id), refs))
+        arn = f"arn:aws:logs:{refs['AWS::Region']}:{refs['AWS::AccountId']}:log-group:{name}:*"
+        refs[logical_id], refs[f"{logical_id}.Arn"] = name, arn
     return refs
 
 

@@ -30,7 +30,7 @@ from functions import wiring
 from functions.settings import Settings
 from loom.bench.meter import Meter
 from loom.local import clock as offset_clock
-from loom.local.emulator import EmbeddedEmulator, fake_credentials
+from loom.local.emulator import EmbeddedEmulator
 from loom.local.esm import EsmConfig, SqsEventSource
 from loom.local.events import scheduled_event
 from loom.local.pool import Invocation
@@ -142,13 +142,15 @@ class BenchStack:
         offset_clock.reset(self.clock_file)
         log = open(self.state_dir / "emulator.log", "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the server
         self.emulator = EmbeddedEmulator("127.0.0.1", 0, log=log).start()
-        self.meter = Meter(REGION, self.emulator.endpoint_url, fake_credentials(REGION))
+        assert self.emulator.keys is not None  # known once started
+        admin = self.emulator.keys.env(REGION)  # the bench is the kit's own client: the emulator's admin
+        self.meter = Meter(REGION, self.emulator.endpoint_url, admin)
         self.refs = create_resources(_Resources(self.meter), template=self.template)
         functions_ = self.template.functions()
         worker_spec = next(s for s in functions_.values() if s.handler == "functions.worker.handler")
         sweeper_spec = next(s for s in functions_.values() if s.handler == "functions.sweeper.handler")
         env = function_environment(worker_spec, self.refs, self.template)
-        env.update(fake_credentials(REGION))
+        env.update(admin)
         env.update(
             {
                 "AWS_ENDPOINT_URL": self.emulator.endpoint_url,

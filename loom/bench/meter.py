@@ -96,7 +96,7 @@ class Meter:
         return boto3.session.Session(
             aws_access_key_id=self.credentials["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=self.credentials["AWS_SECRET_ACCESS_KEY"],
-            aws_session_token=self.credentials["AWS_SESSION_TOKEN"],
+            aws_session_token=self.credentials.get("AWS_SESSION_TOKEN"),
             region_name=self.region,
         )
 

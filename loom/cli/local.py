@@ -17,7 +17,7 @@ from typing import Any
 from loom import stackfile
 from loom.cli.output import error
 from loom.local import clock as offset_clock
-from loom.local import procs
+from loom.local import private, procs
 
 DETACH_TIMEOUT = 180.0
 
@@ -117,6 +117,8 @@ def register(sub: Any) -> None:
     )
     up.add_argument("--log-file", default=None, help="write function and emulator output here")
     up.add_argument("-d", "--detach", action="store_true", help="run in the background; return once it answers")
+    # The background supervisor `-d` starts: its output is stack.log, which must hold no secret.
+    up.add_argument("--detached-supervisor", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--fresh", action="store_true", help="forget the data kept in the state dir and start empty")
     up.add_argument(
         "--reload", action="store_true", help="restart the function processes when their source code changes"
@@ -205,10 +207,12 @@ def _answers(url: str | None) -> bool:
         return False
 
 
-def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
+def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = True) -> None:
+    """What the stack is; ``secrets=False`` for a log file: the console's URL without its token."""
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
-    out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}\n")
+    checked = " (SigV4 + IAM: the stack file's emulator_credentials)" if info.get("emulator_credentials") else ""
+    out.write(f"  emulator (AWS_ENDPOINT_URL): {info.get('aws_endpoint_url')}{checked}\n")
     for service, url in (info.get("aws_endpoints") or {}).items():
         out.write(f"  {service} (AWS_ENDPOINT_URL_{service.upper()}): {url}\n")
     localstack = info.get("localstack") or {}
@@ -225,7 +229,9 @@ def _print_endpoints(info: dict[str, Any], out: Any = None) -> None:
     signing = " (AWS_IAM: SigV4 with the stack file's key)" if info.get("control_plane_credentials") else ""
     out.write(f"  control plane:               {info.get('control_plane_url')}{signing}\n")
     if info.get("console_url"):
-        out.write(f"  console:                     {info['console_url']}\n")
+        url = str(info["console_url"])
+        shown = url if secrets else url.split("#", 1)[0].split("?", 1)[0] + " (its token: in the stack file)"
+        out.write(f"  console:                     {shown}\n")
     out.write(f"  table:                       {info.get('table')}\n")
     out.write(f"  step queue:                  {info.get('queue_url')}\n")
     out.write(f"  dead-letter queue:           {info.get('dlq_url')}\n")
@@ -376,7 +382,7 @@ def _up_foreground(args: argparse.Namespace) -> int:
                     f"loom: not in this template, not restored: {stack.restored['skipped']} "
                     f"(the saved state is kept in {stack.restored['backup']})\n"
                 )
-        _print_endpoints(stack.info)
+        _print_endpoints(stack.info, secrets=not args.detached_supervisor)
         if args.reload:
             watcher = SourceWatcher(stack.source_dirs(args.watch), stack.reload_functions).start()
             sys.stderr.write(f"loom: --reload watches {', '.join(map(str, watcher.roots))}\n")
@@ -393,12 +399,11 @@ def _up_foreground(args: argparse.Namespace) -> int:
 
 
 def _up_detached(args: argparse.Namespace) -> int:
-    state = stackfile.state_dir()
-    state.mkdir(parents=True, exist_ok=True)
+    state = private.private_dir(stackfile.state_dir())
     log_path = Path(args.log_file).resolve() if args.log_file else state / "stack.log"
     argv = _rebuild_argv(args)
     env = {**os.environ, "LOOM_STATE_DIR": str(state)}
-    with open(log_path, "ab") as log:
+    with private.open_append(log_path, binary=True) as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "loom.cli.local", *argv],
             stdin=subprocess.DEVNULL,
@@ -433,7 +438,7 @@ def _up_detached(args: argparse.Namespace) -> int:
 
 
 def _rebuild_argv(args: argparse.Namespace) -> list[str]:
-    argv = ["up", "--emulator", args.emulator, "--host", args.host, "--port", str(args.port)]
+    argv = ["up", "--detached-supervisor", "--emulator", args.emulator, "--host", args.host, "--port", str(args.port)]
     argv += ["--localstack-dynamodb", args.localstack_dynamodb]
     argv += ["--api-port", str(args.api_port), "--log-level", args.log_level]
     if args.no_console:

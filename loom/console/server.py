@@ -9,7 +9,8 @@
 | /local/clock, /local/clock/advance | the functions' clock (local stack only)              |
 | /local/chaos, /local/chaos/{name}, /local/chaos/runs | the chaos kit (local stack only)     |
 
-Every request passes the gate first (loom.console.auth): no data, not even a page, without it.
+Every request passes the gate first (loom.console.auth): no data without the session token (sent by
+the pages' script in a header, never a cookie), no answer to a foreign Host, no change from a foreign Origin.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ SECURITY_HEADERS = (
         "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     ),
     ("X-Content-Type-Options", "nosniff"),
-    ("Referrer-Policy", "no-referrer"),  # the first URL carries the token
+    ("Referrer-Policy", "no-referrer"),
     ("X-Frame-Options", "DENY"),
     ("Cache-Control", "no-store"),
 )
@@ -155,15 +156,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         parts = urlsplit(self.path)
         headers = {k.lower(): v for k, v in self.headers.items()}
-        verdict = self.console.gate.decide(method, parts.query, headers)
+        verdict = self.console.gate.decide(method, parts.path, headers)
         if not verdict.allowed:
             status, message = verdict.answer()
             self._send(status, _refusal_page(message), "text/html; charset=utf-8")
-        elif verdict.set_cookie:
-            # Drop the token from the address: the cookie carries the session from here on.
-            self._send(
-                303, b"", "text/plain", [("Location", parts.path), ("Set-Cookie", self.console.gate.cookie_header())]
-            )
         else:
             self._route(method, parts.path, parts.query)
 

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from engine.clock import MAX_OFFSET_SECONDS, valid_offset
+from loom.local import private
 
 FILENAME = "clock_offset"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -59,7 +60,8 @@ def write_offset(path: Path, seconds: float) -> float:
         raise ValueError(f"a clock offset of {seconds}s is beyond {LIMIT_TEXT}; `loom time reset` first")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{seconds:.3f}\n", encoding="utf-8")
+    with private.open_write(tmp) as fh:
+        fh.write(f"{seconds:.3f}\n")
     os.replace(tmp, path)  # readers see the old value or the new one, never half
     return seconds
 

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from engine.log import configure
 from loom.cli.output import table
+from loom.local import private
 from loom.local.client import LocalApi, ok
 from loom.local.clock import format_duration
 from loom.local.stack import LocalStack, StackOptions
@@ -88,7 +89,7 @@ class Demo:
         state_dir = Path(self.options.state_dir or tempfile.mkdtemp(prefix="loom-demo-"))
         log_file = state_dir / "stack.log"
         # The terminal shows progress; the stack's own JSON lines go with the functions' output.
-        log_stream = open(log_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+        log_stream = private.open_append(log_file)
         configure("INFO", stream=log_stream)
         self.say("starting the embedded stack (moto server, 3 functions from template.yaml)...")
         stack = LocalStack(

@@ -19,7 +19,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
@@ -54,12 +55,54 @@ def fake_credentials(region: str) -> dict[str, str]:
     }
 
 
-def wait_http(url: str, timeout: float, ok: Any = None) -> None:
+API_KEY_HEADER = "x-loom-emulator-key"
+# What makes moto's server authenticate every request and send no CORS headers (read at its import).
+SECURE_ENV = {"INITIAL_NO_AUTH_ACTION_COUNT": "0", "MOTO_DISABLE_GLOBAL_CORS": "true"}
+
+
+@dataclass(frozen=True)
+class EmulatorKeys:
+    """The embedded emulator's admin user (the kit's own clients sign with it) and its moto-api key."""
+
+    access_key_id: str
+    secret_access_key: str
+    user_arn: str
+    api_key: str
+
+    def env(self, region: str) -> dict[str, str]:
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+            "AWS_REGION": region,
+            "AWS_DEFAULT_REGION": region,
+        }
+
+    def session(self, region: str) -> Any:
+        return boto3.session.Session(
+            aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key, region_name=region
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "access_key_id": self.access_key_id,
+            "secret_access_key": self.secret_access_key,
+            "user_arn": self.user_arn,
+            "api_key": self.api_key,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EmulatorKeys:
+        return cls(
+            str(data["access_key_id"]), str(data["secret_access_key"]), str(data["user_arn"]), str(data["api_key"])
+        )
+
+
+def wait_http(url: str, timeout: float, ok: Any = None, headers: Mapping[str, str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), timeout=2) as resp:
                 body = resp.read()
                 if ok is None or ok(body):
                     return
@@ -82,6 +125,7 @@ class EmbeddedEmulator:
         self._log = log
         self.state_file = state_file  # where the data is saved once persist() is called
         self.proc: subprocess.Popen[str] | None = None
+        self.keys: EmulatorKeys | None = None  # known once started
 
     @property
     def endpoint_url(self) -> str:
@@ -99,15 +143,24 @@ class EmbeddedEmulator:
             cwd=str(ROOT),
             text=True,
             start_new_session=True,
+            env={**os.environ, **SECURE_ENV},
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
             self.stop()
             raise EmulatorError(f"moto server did not start on {self.host}:{self.port} (is port {self.port} taken?)")
-        self.port = int(json.loads(line)["port"])
-        wait_http(f"{self.endpoint_url}/moto-api/", timeout)
+        started = json.loads(line)
+        self.port = int(started["port"])
+        self.keys = EmulatorKeys.from_json({**started["admin"], "api_key": started["api_key"]})
+        wait_http(f"{self.endpoint_url}/moto-api/", timeout, headers={API_KEY_HEADER: self.keys.api_key})
         return self
+
+    def session(self, region: str) -> Any:
+        """A boto3 session signing as the emulator's admin (the kit's own clients)."""
+        if self.keys is None:
+            raise EmulatorError("the emulator is not started")
+        return self.keys.session(region)
 
     @property
     def pid(self) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -34,6 +35,8 @@ from loom.local.sigv4 import Principal, amz_now, verify
 
 MAX_BODY = 6 * 1024 * 1024  # Lambda's synchronous payload limit
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_ASCII_DIGITS = re.compile(r"[0-9]+")  # str.isdigit() also takes '²' and '٣', which int() refuses or misreads
+_CALLBACK_PATH = re.compile(r"^(/callbacks/)[^/]+")
 
 
 class AuthType(Enum):
@@ -90,12 +93,24 @@ def body_length(method: str, headers: Mapping[str, str], limit: int = MAX_BODY) 
             raise FramingError(411, "Length Required")
         return 0
     values = {v.strip() for v in raw.split(",")}
-    if len(values) != 1 or not next(iter(values)).isdigit():
+    if len(values) != 1 or not _ASCII_DIGITS.fullmatch(next(iter(values))):
         raise FramingError(400, "Bad Request")
     length = int(next(iter(values)))
     if length > limit:
         raise FramingError(413, "Request must be smaller than 6291456 bytes for the InvokeFunction operation")
     return length
+
+
+def check_target(target: str) -> None:
+    """A request target with a fragment: the signature cannot cover what follows ``#`` (clients never
+    send it), so it is a malformed request, answered 400 before any signature check."""
+    if "#" in target:
+        raise FramingError(400, "Bad Request")
+
+
+def loggable_path(path: str) -> str:
+    """The path without a callback token (a bearer secret): logs never hold one."""
+    return _CALLBACK_PATH.sub(r"\1<token>", path)
 
 
 class FunctionUrlServer:
@@ -148,7 +163,7 @@ class FunctionUrlServer:
         )
         if verdict.principal is None:
             assert verdict.failure is not None
-            self._log.warning("function_url.forbidden", reason=verdict.failure.value, path=request.path)
+            self._log.warning("function_url.forbidden", reason=verdict.failure.value, path=loggable_path(request.path))
             return None, HttpResponse(*verdict.answer())
         return verdict.principal.iam_authorizer(), None
 
@@ -190,6 +205,7 @@ def _make_handler(server: FunctionUrlServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             try:
+                check_target(self.path)
                 length = body_length(self.command, _joined(list(self.headers.items())))
             except FramingError as exc:
                 # The body (if any) is left unread: the connection cannot be reused after it.

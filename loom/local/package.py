@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from loom.local import private
 from loom.template import ROOT
 
 MAKEFILE = ROOT / "Makefile"
@@ -183,11 +184,17 @@ def _materialize(target: Path, fill: Callable[[Path], None]) -> Path:
     return target
 
 
+def _copy_private(source: Path, dest: Path) -> None:
+    # The state dir's files are owner-only (loom.local.private); the functions run as the same user.
+    shutil.copyfile(source, dest)
+    os.chmod(dest, private.FILE_MODE)
+
+
 def _copy_all(files: Sequence[tuple[PurePosixPath, Path]], into: Path) -> None:
     for rel, full in files:
         dest = into / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(full, dest)
+        _copy_private(full, dest)
 
 
 def _prune(cache: Path, prefix: str, keep: Path) -> None:
@@ -208,7 +215,7 @@ def build_task_root(cache: Path, sources: Sequence[Path], requirements: Path = R
 
 
 def _link_runtime(into: Path, dists: Sequence[metadata.Distribution]) -> None:
-    shutil.copy2(BOOTSTRAP, into / "bootstrap.py")
+    _copy_private(BOOTSTRAP, into / "bootstrap.py")
     for dist in dists:
         tops = {rel.parts[0] for rel, _ in _dist_entries(dist)}
         for top in sorted(tops):

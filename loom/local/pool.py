@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from loom.local import private
 from loom.local.package import FunctionPackage
 
 STARTUP_TIMEOUT = 60.0
@@ -488,5 +489,4 @@ class FunctionPool:
 
 
 def output_file(path: Path) -> IO[Any]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return open(path, "a", encoding="utf-8", buffering=1)
+    return private.open_append(path)  # the functions' output may hold anything they print

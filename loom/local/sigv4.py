@@ -12,6 +12,7 @@ the tools. Anything else answers 403 with the body AWS answers.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import secrets
@@ -94,6 +95,9 @@ class AuthFailure(Enum):
     WRONG_REGION = "wrong_region"
     STALE = "stale"  # X-Amz-Date more than five minutes from the server's clock
     MISMATCH = "mismatch"  # the signature does not match (wrong secret, altered request)
+    # x-amz-content-sha256 is not the body's hash (UNSIGNED-PAYLOAD included): Lambda signs the
+    # body it received, so the signature over a claimed hash cannot match it.
+    PAYLOAD_MISMATCH = "payload_mismatch"
 
 
 # (x-amzn-ErrorType, body) per failure. Unsigned requests get the Function URL's own body; the
@@ -101,6 +105,10 @@ class AuthFailure(Enum):
 _FORBIDDEN = (
     "Forbidden. For troubleshooting Function URL authorization issues, see: "
     "https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"
+)
+_MISMATCH = (
+    "The request signature we calculated does not match the signature you provided. "
+    "Check your AWS Secret Access Key and signing method. Consult the service documentation for details."
 )
 _ANSWERS: dict[AuthFailure, tuple[str, str, str]] = {
     AuthFailure.MISSING: ("AccessDeniedException", "Message", _FORBIDDEN),
@@ -125,12 +133,8 @@ _ANSWERS: dict[AuthFailure, tuple[str, str, str]] = {
         "Credential should be scoped to a valid region. ",
     ),
     AuthFailure.STALE: ("InvalidSignatureException", "message", "Signature expired or not yet current."),
-    AuthFailure.MISMATCH: (
-        "InvalidSignatureException",
-        "message",
-        "The request signature we calculated does not match the signature you provided. "
-        "Check your AWS Secret Access Key and signing method. Consult the service documentation for details.",
-    ),
+    AuthFailure.MISMATCH: ("InvalidSignatureException", "message", _MISMATCH),
+    AuthFailure.PAYLOAD_MISMATCH: ("InvalidSignatureException", "message", _MISMATCH),
 }
 
 
@@ -210,10 +214,20 @@ def verify(
         return Verdict(failure=AuthFailure.MISMATCH)
     if abs(moment - now) > MAX_SKEW:
         return Verdict(failure=AuthFailure.STALE, detail=_stale_message(moment, now))
+    if not _payload_hash_matches(headers.get("x-amz-content-sha256"), body):
+        return Verdict(failure=AuthFailure.PAYLOAD_MISMATCH)
     expected = _signature(method, url, {h: headers[h] for h in signed}, body, principal, scope_region, amz_date)
     if not hmac.compare_digest(expected, parts["Signature"]):
         return Verdict(failure=AuthFailure.MISMATCH)
     return Verdict(principal=principal)
+
+
+def _payload_hash_matches(claimed: str | None, body: bytes) -> bool:
+    """botocore's canonical request takes x-amz-content-sha256 at its word; Lambda hashes the body
+    it received (and takes no UNSIGNED-PAYLOAD), so a claim must be this body's hash."""
+    if claimed is None:
+        return True
+    return hmac.compare_digest(claimed.strip().lower().encode(), hashlib.sha256(body).hexdigest().encode())
 
 
 def _signature(

@@ -30,6 +30,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from loom.local import private
+
 FILENAME = "emulator-state.json"
 FORMAT = 1
 
@@ -80,7 +82,7 @@ def _wire(value: Any) -> Any:
 def write(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with private.open_write(tmp) as fh:  # every item, callback tokens included: owner-only
         json.dump(data, fh, separators=(",", ":"), default=_wire)
         fh.flush()
         os.fsync(fh.fileno())

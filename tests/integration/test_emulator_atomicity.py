@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
-from loom.local.emulator import EmbeddedEmulator, fake_credentials
+from loom.local.emulator import EmbeddedEmulator
 
 pytestmark = [pytest.mark.integration, pytest.mark.server, pytest.mark.timeout(120)]
 
@@ -42,10 +42,10 @@ COMMIT = {
 
 
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
+def emulator() -> Iterator[EmbeddedEmulator]:
     emulator = EmbeddedEmulator().start()
     try:
-        yield emulator.endpoint_url
+        yield emulator
     finally:
         emulator.stop()
 
@@ -54,8 +54,9 @@ def key(trial: int) -> dict[str, dict[str, str]]:
     return {"PK": {"S": f"EXEC#race-{trial}"}, "SK": {"S": "STEP#001#s1"}}
 
 
-def test_racing_conditional_writes_have_exactly_one_winner(endpoint: str) -> None:
-    creds = fake_credentials("us-east-1")
+def test_racing_conditional_writes_have_exactly_one_winner(emulator: EmbeddedEmulator) -> None:
+    assert emulator.keys is not None
+    creds, endpoint = emulator.keys.env("us-east-1"), emulator.endpoint_url
 
     def client() -> object:
         return boto3.client(

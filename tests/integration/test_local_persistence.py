@@ -22,7 +22,7 @@ REGION = "us-east-1"
 
 def _boot(state_file: Path) -> tuple[EmbeddedEmulator, _EndpointSession, dict[str, Any]]:
     emulator = EmbeddedEmulator(port=0, state_file=state_file).start()
-    session = _EndpointSession(emulator.endpoint_url, REGION)
+    session = _EndpointSession(emulator.endpoint_url, REGION, keys=emulator.keys)
     refs = create_resources(session)
     return emulator, session, refs
 

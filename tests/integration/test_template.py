@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 from engine.adapters import dynamodb as ddb
 from engine.config import EngineConfig
 from functions import settings
-from loom.template import ROOT, Template
+from loom.local.iam import function_roles, local_trust
+from loom.template import ROOT, Template, TemplateError
 
 pytestmark = pytest.mark.integration
 
@@ -397,21 +399,44 @@ def test_each_function_logs_only_to_its_own_log_group(tpl: Template) -> None:
                 assert st["Resource"] != "*" and "*" not in st["Resource"], st
 
 
+CHAOS_REFUSED = (
+    "NoChaosInProd: ChaosCrashAfterCheckpoint may be on only in a development stage (dev, test, local, ci, chaos)."
+)
+
+
 @pytest.mark.parametrize(
     ("stage", "chaos", "refused"),
-    [("prod", "on", True), ("production", "on", True), ("prod", "off", False), ("dev", "on", False)],
+    [
+        ("prod", "on", True),
+        ("production", "on", True),
+        # Not named prod, still not a development stage: a deny-list let these through.
+        ("prod-eu", "on", True),
+        ("live", "on", True),
+        ("staging", "on", True),
+        ("dev2", "on", True),
+        ("prod", "off", False),
+        ("prod-eu", "off", False),
+        ("dev", "on", False),
+        ("test", "on", False),
+        ("ci", "on", False),
+        ("chaos", "on", False),
+    ],
 )
-def test_the_chaos_switch_cannot_be_on_in_prod(tpl: Template, stage: str, chaos: str, refused: bool) -> None:
+def test_the_chaos_switch_is_on_only_in_a_development_stage(
+    tpl: Template, stage: str, chaos: str, refused: bool
+) -> None:
     refs = {**tpl.parameter_defaults(), "Stage": stage, "ChaosCrashAfterCheckpoint": chaos}
     broken = tpl.broken_rules(refs)
     assert bool(broken) is refused
     if refused:
-        assert broken == ["NoChaosInProd: ChaosCrashAfterCheckpoint must be off in the prod stage."]
+        assert broken == [CHAOS_REFUSED]
 
 
 def test_the_prod_rule_reaches_cloudformation() -> None:
     rule = transformed()["Rules"]["NoChaosInProd"]
-    assert rule["RuleCondition"] == {"Fn::Contains": [["prod", "production"], {"Ref": "Stage"}]}
+    assert rule["RuleCondition"] == {
+        "Fn::Not": [{"Fn::Contains": [["dev", "test", "local", "ci", "chaos"], {"Ref": "Stage"}]}]
+    }
     assert rule["Assertions"][0]["Assert"] == {"Fn::Equals": [{"Ref": "ChaosCrashAfterCheckpoint"}, "off"]}
 
 
@@ -439,10 +464,10 @@ def test_local_resources_carry_the_encryption_and_the_queue_policy(aws: dict[str
 def test_the_local_stack_refuses_chaos_in_prod_before_creating_anything(aws: dict[str, Any]) -> None:
     from loom.template import create_resources
 
-    with pytest.raises(ValueError, match="ChaosCrashAfterCheckpoint must be off in the prod stage"):
-        create_resources(aws["session"], parameters={"Stage": "prod", "ChaosCrashAfterCheckpoint": "on"})
-    assert "loom-prod" not in aws["dynamodb"].list_tables()["TableNames"]
-    assert not any("loom-prod" in u for u in aws["sqs"].list_queues().get("QueueUrls", []))
+    with pytest.raises(ValueError, match="may be on only in a development stage"):
+        create_resources(aws["session"], parameters={"Stage": "prod-eu", "ChaosCrashAfterCheckpoint": "on"})
+    assert "loom-prod-eu" not in aws["dynamodb"].list_tables()["TableNames"]
+    assert not any("loom-prod-eu" in u for u in aws["sqs"].list_queues().get("QueueUrls", []))
 
 
 def test_the_sweep_period_is_the_sweepers_schedule(tpl: Template) -> None:
@@ -450,3 +475,50 @@ def test_the_sweep_period_is_the_sweepers_schedule(tpl: Template) -> None:
     sweeper = tpl.functions()["SweeperFunction"]
     schedules = [e["Properties"]["Schedule"] for e in sweeper.events.values() if e.get("Type") == "Schedule"]
     assert schedules == ["rate(1 minute)"] and EngineConfig.sweep_period_seconds == 60
+
+
+PHYSICAL = {
+    "WorkerFunction": "loom-dev-worker",
+    "SweeperFunction": "loom-dev-sweeper",
+    "ControlPlaneFunction": "loom-dev-control-plane",
+}
+
+
+def test_each_functions_local_role_carries_its_template_policies_resolved(tpl: Template, aws: dict[str, Any]) -> None:
+    refs = {k: v for k, v in aws.items() if isinstance(v, str)}
+    roles = function_roles(tpl, refs, "loom-dev")
+    assert {k: r.role_name for k, r in roles.items()} == {
+        "WorkerFunction": "loom-dev-WorkerRole",
+        "SweeperFunction": "loom-dev-SweeperRole",
+        "ControlPlaneFunction": "loom-dev-ControlPlaneRole",
+    }
+    for logical_id, role in roles.items():
+        ((policy_name, document),) = role.policies
+        assert policy_name.startswith("loom-")
+        local = json.loads(document)["Statement"]
+        assert len(local) == len(statements(tpl, logical_id))
+        resources = {r for st in local for r in st["Resource"]}
+        assert all(r.startswith("arn:aws:") for r in resources), resources  # every intrinsic resolved
+        assert f"arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/{PHYSICAL[logical_id]}:*" in resources
+    worker = json.loads(roles["WorkerFunction"].policies[0][1])["Statement"]
+    assert {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": [aws["DeadLetterQueue.Arn"]]} in worker
+    admin = "arn:aws:iam::123456789012:user/loom-admin"
+    trust = json.loads(local_trust(admin))["Statement"]
+    assert trust == [{"Effect": "Allow", "Principal": {"AWS": admin}, "Action": "sts:AssumeRole"}]
+
+
+def test_a_function_without_a_role_gets_sams_default_and_its_own_policy_documents(
+    tpl: Template, aws: dict[str, Any]
+) -> None:
+    refs = {k: v for k, v in aws.items() if isinstance(v, str)}
+    doc = copy.deepcopy(tpl.doc)
+    props = doc["Resources"]["SweeperFunction"]["Properties"]
+    props.pop("Role")
+    props["Policies"] = [{"Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "arn:x"}]}]
+    roles = function_roles(Template(doc), refs, "loom-dev")
+    names = [name for name, _ in roles["SweeperFunction"].policies]
+    assert names == ["AWSLambdaBasicExecutionRole", "SweeperFunctionPolicy0"]
+    assert json.loads(roles["SweeperFunction"].policies[1][1])["Statement"][0]["Resource"] == "arn:x"
+    props["Policies"] = ["DynamoDBCrudPolicy"]
+    with pytest.raises(TemplateError, match="only policy documents"):
+        function_roles(Template(doc), refs, "loom-dev")

@@ -3,6 +3,7 @@ answers for everything else. Requests are signed by the CLI's own signer (loom.c
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -31,13 +32,14 @@ def signed(
     region: str = REGION,
     service: str = "lambda",
     at: datetime = NOW,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
     with freeze_time(at):
         headers = sign(
             method,
             URL + path,
             body,
-            {"content-type": "application/json"},
+            {"content-type": "application/json", **(extra or {})},
             creds or PRINCIPAL.credentials(),
             region,
             service,
@@ -149,3 +151,24 @@ def test_each_stack_gets_its_own_secret_principal():
     assert first.access_key.startswith("AKIA") and len(first.access_key) == 20
     assert first.user_id.startswith("AIDA")
     assert Principal.from_json(first.to_json()) == first
+
+
+def test_a_signed_payload_hash_binds_the_body():
+    # botocore's canonical request trusts x-amz-content-sha256: signed over the header, a captured
+    # request resent with another body verified before. Lambda hashes the body it received.
+    headers = signed(extra={"x-amz-content-sha256": hashlib.sha256(BODY).hexdigest()})
+    assert "x-amz-content-sha256" in headers["authorization"]
+    assert check(headers).allowed
+    other = check(headers, body=b'{"workflow":"evil"}')
+    assert other.failure is AuthFailure.PAYLOAD_MISMATCH
+    status, answer_headers, body = other.answer()
+    assert status == 403 and ("x-amzn-ErrorType", "InvalidSignatureException") in answer_headers
+    assert json.loads(body)["message"].startswith("The request signature we calculated does not match")
+
+
+@pytest.mark.parametrize("body", [BODY, b"", b'{"workflow":"evil"}'])
+def test_an_unsigned_payload_is_refused_whatever_the_body(body):
+    # Lambda Function URLs take no UNSIGNED-PAYLOAD (S3 does): the signature must cover the body.
+    headers = signed(body=body, extra={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    verdict = check(headers, body=body)
+    assert verdict.failure is AuthFailure.PAYLOAD_MISMATCH and verdict.answer()[0] == 403

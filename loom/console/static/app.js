@@ -27,8 +27,27 @@ const Loom = (() => {
     }
   }
 
+  // The session token comes in the URL's fragment (never sent to any server), moves to this
+  // origin's sessionStorage (other ports and sites cannot read it) and leaves the address bar.
+  const TOKEN_KEY = "loom-console-token";
+  function adoptToken() {
+    const given = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+    if (!given) return false;
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+    return true;
+  }
+  adoptToken();
+  // The URL pasted into a tab already showing this page changes only the fragment: no new load.
+  window.addEventListener("hashchange", () => { if (adoptToken()) location.reload(); });
+
   async function api(method, path, body) {
-    const init = { method, credentials: "same-origin", headers: { accept: "application/json" } };
+    // No cookie: the token goes in a header only this origin's script can add.
+    const init = {
+      method,
+      credentials: "omit",
+      headers: { accept: "application/json", "x-loom-console-token": sessionStorage.getItem(TOKEN_KEY) || "" },
+    };
     if (body !== undefined) {
       init.headers["content-type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -44,7 +63,7 @@ const Loom = (() => {
     try { data = text ? JSON.parse(text) : null; } catch (err) { data = null; }
     if (!answer.ok) {
       const e = (data && data.error) || {};
-      const fallback = answer.status === 401 ? "the console session ended: open the URL `loom up` printed" : text.slice(0, 200);
+      const fallback = answer.status === 401 ? "no console session in this tab: open the URL (with #token=...) that `loom up` printed" : text.slice(0, 200);
       throw new ApiError(answer.status, e.code || "http_" + answer.status, e.message || fallback);
     }
     return data;
