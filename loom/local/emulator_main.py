@@ -41,7 +41,7 @@ from moto.iam.models import iam_backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local import moto_iam, moto_speed, snapshot
+from loom.local import moto_iam, moto_speed, moto_tokens, snapshot
 
 ACCOUNT_ID = "123456789012"
 ADMIN_USER = "loom-admin"
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request is noise here
     check_settings()
     moto_speed.apply()  # a backlog must not make every SQS call cost a pass per message
+    moto_tokens.apply()  # a resent transaction (its answer lost) must not apply twice, as in DynamoDB
     moto_iam.apply()  # the (action, resource) pairs AWS authorises each DynamoDB and SQS call as
     admin, api_key = make_admin(), secrets.token_urlsafe(32)
     app = AtomicDynamoDB(DomainDispatcherApplication(create_backend_app))

@@ -100,3 +100,21 @@ def test_racing_conditional_writes_have_exactly_one_winner(emulator: EmbeddedEmu
         if len(wins) != 1 or len(item["attempts"]["L"]) != 1:
             doubles.append((trial, len(wins), len(item["attempts"]["L"])))
     assert doubles == [], f"conditional writes that both won (trial, winners, records): {doubles[:5]}"
+
+
+def test_the_emulator_applies_a_resent_transaction_once(emulator: EmbeddedEmulator) -> None:
+    """ClientRequestToken (loom/local/moto_tokens.py): botocore's resend of a transaction whose
+    answer was lost writes nothing again, as in DynamoDB."""
+    assert emulator.keys is not None
+    db = emulator.keys.session("us-east-1").client("dynamodb", endpoint_url=emulator.endpoint_url)
+    db.create_table(
+        TableName="tokens",
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    count = {"TableName": "tokens", "Key": {"PK": {"S": "c"}}, "UpdateExpression": "ADD n :one"}
+    count["ExpressionAttributeValues"] = {":one": {"N": "1"}}
+    for _ in range(2):
+        db.transact_write_items(TransactItems=[{"Update": count}], ClientRequestToken="same-token")
+    assert db.get_item(TableName="tokens", Key={"PK": {"S": "c"}})["Item"]["n"] == {"N": "1"}
