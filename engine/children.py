@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
+from engine.attempts import context_for
 from engine.errors import (
     ChildFailed,
     ExecutionAlreadyExists,
@@ -30,12 +31,10 @@ from engine.errors import (
     LoomError,
     NonRetryableError,
 )
-from engine.messages import MessageKind, StepMessage
-from engine.outbox import execution_log, send
+from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Status, Wait, WaitKind
-from engine.steps import context_for
 from engine.waits import commit_result, committed, finish_committed, park
 from engine.workflow import ChildSpec, WorkflowSpec
 
@@ -92,11 +91,11 @@ def _start_child(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec,
         control.start(parts, st.workflow, child_input or {}, cid, parent=parent)
     except (InvalidInput, ExecutionAlreadyExists) as exc:
         bad = ChildInputError(f"child {st.workflow!r} could not start: {exc.message}")
-        return steps.fail_attempt(parts, ex, spec, st, bad, started_at=started, outcome=AttemptOutcome.FAILED)
+        return attempts.fail_attempt(parts, ex, spec, st, bad, started_at=started, outcome=AttemptOutcome.FAILED)
     except LoomError:
         raise  # throttling and the like: the message is delivered again
     except Exception as exc:
-        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+        return attempts.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     execution_log(ex).info("child.started", child_id=cid, workflow=st.workflow)
     return None
 
@@ -107,7 +106,7 @@ def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid:
     detail = {"child": kid.id}
     if kid.status is not Status.COMPLETED:
         why = ChildFailed(f"child {kid.id} ended {kid.status.value}: {(kid.error or {}).get('message', '')}")
-        return steps.fail_attempt(
+        return attempts.fail_attempt(
             parts,
             ex,
             spec,
@@ -128,19 +127,6 @@ def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid:
         kid.context,
         committed_here=lambda: execution_log(ex).info("child.completed", child_id=kid.id),
     )
-
-
-def notify_parent(parts: Parts, child: Execution) -> bool:
-    """Tell the parent its child ended (after the child's terminal write; a lost send is
-    covered by the sweeper, which finds the terminal child still indexed). False when the
-    send failed: the sweeper then keeps the child indexed, to send it again."""
-    p = child.parent
-    if p is None or not child.terminal:
-        return True
-    if p.get("item") is not None:  # a fan-out item's child (engine/fan_children.py)
-        item = StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.ITEM, item=int(p["item"]))
-        return send(parts, item, 0)
-    return send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)
 
 
 def cancel_children(parts: Parts, ex: Execution) -> None:

@@ -18,7 +18,7 @@ from engine.errors import (
 )
 from engine.limits import check_execution_id, check_item, meta_item_size
 from engine.messages import MessageKind, StepMessage
-from engine.outbox import dispatch, execution_log
+from engine.outbox import dispatch, execution_log, notify_parent
 from engine.parts import Parts
 from engine.ports import Page
 from engine.state import Execution, Status, StepRecord, canonical_json
@@ -159,7 +159,7 @@ def cancel(parts: Parts, execution_id: str, *, compensate: bool = False) -> Exec
         # Parent first, then its child: the child's end then finds the parent terminal and
         # changes nothing (the other order would let the parent retry with a new child).
         children.cancel_children(parts, ex)
-        children.notify_parent(parts, new)
+        notify_parent(parts, new)
         return new
     raise ConflictError(f"execution {execution_id!r} kept changing; try again")
 

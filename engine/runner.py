@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import catching, compensation, fanout, steps, waits
+from engine import attempts, catching, compensation, fanout, steps, waits
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -119,7 +119,7 @@ def handle_link(
         spec = parts.registry.get(ex.workflow)
         if ex.status is Status.COMPENSATING:
             return compensation.run(parts, ex, spec)  # always guarded (engine/compensation.py)
-        st = steps.step_at(spec, ex.current_step)
+        st = attempts.step_at(spec, ex.current_step)
         if ex.catching is not None and isinstance(st, StepSpec) and st.catch is not None:
             return catching.run(parts, ex, spec, st)  # the step failed for good: its handler runs
         if isinstance(st, FanoutSpec):  # engine/fanout.py: the parent opens or recovers, items run
@@ -134,7 +134,7 @@ def handle_link(
             return waits.begin(parts, ex, spec, st)  # engine/waits.py: callbacks, signals, children
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
-        return steps.fail_execution(parts, ex, exc, st_name=None)
+        return attempts.fail_execution(parts, ex, exc, st_name=None)
     # Before the start mark: an at_most_once attempt marked and then killed would count as failed.
     # A step with no declared timeout is held back only by can_chain's reserve, as before.
     timeout = spec.timeout_for(st)
@@ -156,14 +156,14 @@ def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
     guard = check_guard(ex, record, now, parts.config)
     if guard.verdict is GuardVerdict.ROLL_FORWARD and record is not None:
         log.info("step.roll_forward")
-        return steps.advance(parts, ex, spec, record.result, ran=0)
+        return attempts.advance(parts, ex, spec, record.result, ran=0)
     if guard.verdict is GuardVerdict.IN_FLIGHT:
         log.info("step.in_flight_elsewhere", marked_at=guard.marked_at)
         return LinkResult(OutcomeStatus.IN_FLIGHT)
     if guard.verdict is GuardVerdict.WORKER_LOST:
         lost = WorkerLost(f"the worker died while attempt {ex.attempt} of step {st.name!r} ran")
         started = guard.marked_at if guard.marked_at is not None else now
-        return steps.fail_attempt(parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST)
+        return attempts.fail_attempt(parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST)
     marked = tr.started_state(ex, now, parts.config)
     try:
         parts.store.put_execution(marked, expected_version=ex.version, expected_step=ex.current_step)

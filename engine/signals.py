@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
 from engine.errors import AlreadyTerminal, ConflictError, ExecutionNotFound, InvalidInput
 from engine.limits import check_execution_id, check_item, meta_item_size
@@ -98,7 +98,7 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
     if ex.wait.name != name or ex.status is not Status.WAITING:
         return False
     spec = parts.registry.get(ex.workflow)
-    st = steps.step_at(spec, ex.current_step)
+    st = attempts.step_at(spec, ex.current_step)
     if not isinstance(st, SignalSpec):
         return False
     found = parts.store.next_signal(ex.id, name)

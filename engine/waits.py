@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
 from engine.errors import CallbackTimeout, ConflictError, HeartbeatTimeout, ResultTooLarge, SignalTimeout, WaitTimeout
-from engine.outbox import execution_log
+from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind
@@ -45,7 +45,7 @@ def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> Link
 def expire(parts: Parts, ex: Execution) -> LinkResult:
     """The sweeper found a WAITING execution due: roll a committed wait forward, else time it out."""
     spec = parts.registry.get(ex.workflow)
-    st = steps.step_at(spec, ex.current_step)
+    st = attempts.step_at(spec, ex.current_step)
     assert isinstance(st, StepSpec)
     record = parts.store.get_step(ex.id, ex.current_step, st.name)
     if committed(record, ex.attempt):
@@ -61,7 +61,7 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
     error = timeout_error(ex, parts.clock.now())
     started = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
     execution_log(ex).info("wait.timed_out", kind=ex.wait.kind.value if ex.wait else None, error=type(error).__name__)
-    return steps.fail_attempt(
+    return attempts.fail_attempt(
         parts,
         ex,
         spec,
@@ -121,10 +121,10 @@ def commit_result(
     fails the attempt. ``committed_here`` runs after this commit, before the advance.
     """
     try:
-        result = steps.check_result(ex, value)
+        result = attempts.check_result(ex, value)
         parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
     except ResultTooLarge as exc:
-        return steps.fail_attempt(
+        return attempts.fail_attempt(
             parts, ex, spec, st, exc, started_at=attempt.started_at, outcome=AttemptOutcome.FAILED
         )
     except ConflictError:
@@ -155,7 +155,7 @@ def finish(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, result
     someone else has moved it.
     """
     index, attempt = ex.current_step, ex.attempt
-    for _ in range(steps.CONFLICT_RETRIES):
+    for _ in range(attempts.CONFLICT_RETRIES):
         new, effects = tr.after_step(ex, spec, result, parts.clock.now(), parts.config)
         try:
             parts.store.put_execution(new, expected_version=ex.version, expected_step=index)
@@ -168,9 +168,7 @@ def finish(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, result
             continue
         execution_log(new).info("wait.completed", step_name=st.name, status=new.status.value)
         if new.terminal and new.parent is not None:
-            from engine import children
-
-            children.notify_parent(parts, new)
+            notify_parent(parts, new)
         return LinkResult(OutcomeStatus.COMPLETED_STEP, 0, effects)
     raise ConflictError(f"execution {ex.id!r} kept changing while finishing a wait")
 
