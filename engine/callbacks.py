@@ -44,11 +44,11 @@ from engine.limits import check_execution_id
 from engine.log import get_logger
 from engine.outbox import dispatch, execution_log
 from engine.outcome import LinkResult, OutcomeStatus
+from engine.parking import finish, finish_committed, park
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, Wait, WaitKind, canonical_json
 from engine.verdicts import GuardVerdict, check_guard
-from engine.waits import finish, finish_committed, park
 from engine.workflow import CallbackSpec, WorkflowSpec
 
 TOKEN_PREFIX = "lcb1"

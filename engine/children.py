@@ -33,9 +33,9 @@ from engine.errors import (
 )
 from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
+from engine.parking import commit_result, committed, finish_committed, park
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Status, Wait, WaitKind
-from engine.waits import commit_result, committed, finish_committed, park
 from engine.workflow import ChildSpec, WorkflowSpec
 
 MAX_EXECUTION_ID = 128

@@ -96,12 +96,9 @@ def first_to_undo(parts: Parts, ex: Execution) -> int | None:
 
 
 def run(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
-    """One message of a COMPENSATING execution: check both records, then run, skip or follow."""
+    """One message of a COMPENSATING execution at a step (a fan-out's: engine/fan_undo.py):
+    check both records, then run, skip or follow."""
     st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
-    if isinstance(st, FanoutSpec) and st.compensate is not None:
-        from engine import fan_undo
-
-        return fan_undo.run(parts, ex, spec, st)  # each committed item undone once (engine/fan_undo.py)
     if not isinstance(st, StepSpec) or st.compensate is None:
         # The deployed workflow no longer compensates this step: nothing here can undo it.
         return give_up(parts, ex, {"type": "WorkflowDefinitionError", "message": "no compensation at this step"})

@@ -23,6 +23,7 @@ from engine import attempts, compensation
 from engine import transitions as tr
 from engine.errors import ConflictError, WorkerLost
 from engine.escalation import give_up_compensation
+from engine.fan_items import item_context, item_values
 from engine.fanout_spec import FanoutSpec
 from engine.join import JoinVerdict
 from engine.outbox import execution_log
@@ -111,8 +112,6 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec) -> Link
 
 
 def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, item: StepRecord) -> LinkResult:
-    from engine.fanout import item_context, item_values
-
     undo = st.item_spec(item.index).compensate
     assert undo is not None
     log = execution_log(ex).bind(step_name=st.name, item=item.index, phase=Phase.COMPENSATE.value)

@@ -36,10 +36,11 @@ from engine.errors import (
 )
 from engine.escalation import begin_compensation
 from engine.fan_children import WAITING, await_child
+from engine.fan_items import item_context, item_values
 from engine.fan_results import step_result
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.history_rules import last_attempt
-from engine.join import MAX_ITEMS, JoinRecord, JoinVerdict, first_window, judge_join, next_item, shards_for, to_resend
+from engine.join import JoinRecord, JoinVerdict, first_window, judge_join, next_item, shards_for, to_resend
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log, send
 from engine.outcome import LinkResult, OutcomeStatus
@@ -47,27 +48,9 @@ from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
-from engine.workflow import ChildSpec, StepContext, WorkflowSpec
+from engine.workflow import ChildSpec, WorkflowSpec
 
 FINAL = (StepStatus.COMPLETED, StepStatus.FAILED)
-
-
-def item_values(parts: Parts, ex: Execution, st: FanoutSpec) -> list[Any]:
-    """The map's items (``InvalidFanoutItems`` if not a list of at most MAX_ITEMS JSON values),
-    or one None per branch."""
-    if st.kind is FanKind.PARALLEL:
-        return [None] * len(st.branches)
-    assert st.items is not None
-    values = st.items(attempts.context_for(parts, ex, st))
-    if not isinstance(values, (list, tuple)):
-        raise InvalidFanoutItems(f"map {st.name!r}: items must return a list, not {type(values).__name__}")
-    if len(values) > MAX_ITEMS:
-        raise InvalidFanoutItems(f"map {st.name!r}: {len(values):,} items; the most a map takes is {MAX_ITEMS:,}")
-    try:
-        canonical_json(list(values))
-    except (TypeError, ValueError) as exc:
-        raise InvalidFanoutItems(f"map {st.name!r}: the items are not JSON values: {exc}") from exc
-    return list(values)
 
 
 def drive(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, *, guarded: bool) -> LinkResult:
@@ -207,11 +190,6 @@ def _retry_due(record: StepRecord | None) -> float | None:
         return None
     last = max(record.attempts, key=lambda a: a.attempt)
     return None if last.retry_delay is None else last.finished_at + last.retry_delay
-
-
-def item_context(parts: Parts, ex: Execution, st: FanoutSpec, idx: int, value: Any, attempt: int) -> StepContext:
-    base = attempts.context_for(parts, ex, st)
-    return replace(base, attempt=attempt, item=value, item_index=idx, log=base.log.bind(item=idx))
 
 
 def _attempt(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import attempts, catching, compensation, fanout, steps, waits
+from engine import attempts, callbacks, catching, children, compensation, fan_undo, fanout, signals, steps
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -30,7 +30,7 @@ from engine.verdicts import (
     needs_guard,
     run_is_covered,
 )
-from engine.workflow import PARKING_WAITS, SleepSpec, StepSpec, WorkflowSpec
+from engine.workflow import PARKING_WAITS, CallbackSpec, ChildSpec, SignalSpec, SleepSpec, StepSpec, WorkflowSpec
 
 Remaining = Callable[[], float]
 
@@ -118,7 +118,7 @@ def handle_link(
     try:
         spec = parts.registry.get(ex.workflow)
         if ex.status is Status.COMPENSATING:
-            return compensation.run(parts, ex, spec)  # always guarded (engine/compensation.py)
+            return undo(parts, ex, spec)  # always guarded (engine/compensation.py)
         st = attempts.step_at(spec, ex.current_step)
         if ex.catching is not None and isinstance(st, StepSpec) and st.catch is not None:
             return catching.run(parts, ex, spec, st)  # the step failed for good: its handler runs
@@ -131,7 +131,7 @@ def handle_link(
         if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
             return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
         if isinstance(st, PARKING_WAITS):
-            return waits.begin(parts, ex, spec, st)  # engine/waits.py: callbacks, signals, children
+            return begin_wait(parts, ex, spec, st)  # callbacks, signals, children
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
         return attempts.fail_execution(parts, ex, exc, st_name=None)
@@ -146,6 +146,25 @@ def handle_link(
     if needs_guard(msg, redelivered=redelivered, at_most_once=st.semantics == "at_most_once", covered=covered):
         return run_guarded(parts, ex, spec, st)
     return steps.run_step(parts, ex, spec, st)
+
+
+def begin_wait(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    """A message reached a wait step (RUNNING): start the wait, or finish one already decided."""
+    if isinstance(st, CallbackSpec):
+        return callbacks.begin(parts, ex, spec, st)
+    if isinstance(st, SignalSpec):
+        return signals.begin(parts, ex, spec, st)
+    if isinstance(st, ChildSpec):
+        return children.begin(parts, ex, spec, st)
+    raise TypeError(f"{type(st).__name__} is not a wait")
+
+
+def undo(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
+    """One message of a COMPENSATING execution: a fan-out's items are undone one by one."""
+    st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
+    if isinstance(st, FanoutSpec) and st.compensate is not None:
+        return fan_undo.run(parts, ex, spec, st)  # each committed item undone once (engine/fan_undo.py)
+    return compensation.run(parts, ex, spec)
 
 
 def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:

@@ -82,18 +82,10 @@ ADAPTER_MAX_LAYER = 1
 # Violations today's code still has, each to be removed by the restructure (issue #19).
 # The test fails on any violation not listed here, and on a listed one that is gone.
 KNOWN: set[str] = {
-    "callbacks: imports waits from layer 4 above its own (3)",
     "children: imports control inside a function",
     "children: imports fan_children inside a function",
-    "children: imports waits from layer 4 above its own (3)",
-    "compensation: imports fan_undo inside a function",
     "fan_children: imports control inside a function",
     "fan_children: imports fanout_spec inside a function",
-    "fan_undo: imports fanout inside a function",
-    "signals: imports waits from layer 4 above its own (3)",
-    "waits: imports callbacks inside a function",
-    "waits: imports children inside a function",
-    "waits: imports signals inside a function",
 }
 
 
