@@ -28,7 +28,6 @@ from engine import attempts
 from engine import transitions as tr
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
 from engine.escalation import give_up_compensation as give_up
-from engine.fanout_spec import FanoutSpec
 from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
@@ -67,32 +66,6 @@ def _item(record: StepRecord) -> int:
         idx = head[head.rindex("[") + 1 : -1]
         return int(idx) if idx.isdigit() else 0
     return 0
-
-
-def first_to_undo(parts: Parts, ex: Execution) -> int | None:
-    """Where a cancel with compensate starts undoing: the current step if it committed, else below.
-
-    The current step may be running right now. A final failure recorded for its current
-    attempt fences it (FAILED_IS_FINAL refuses that run's late commit); if the record is
-    COMPLETED instead, the step committed and is undone too.
-    """
-    spec = parts.registry.get(ex.workflow)
-    if not spec.has_compensation:
-        return None
-    below = tr.compensable_below(spec, ex.current_step)
-    st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
-    if not isinstance(st, StepSpec) or st.compensate is None or ex.status is not Status.RUNNING:
-        return below
-    if isinstance(st, FanoutSpec):
-        return ex.current_step  # its committed items are undone; engine/fan_undo.py fences the rest
-    now = parts.clock.now()
-    info = {"type": "Cancelled", "message": "the execution was cancelled with compensate"}
-    fence = Attempt(ex.attempt, now, now, AttemptOutcome.FAILED, info)
-    if parts.store.record_failure(ex.id, ex.current_step, st.name, fence, final=True):
-        return below
-    record = parts.store.get_step(ex.id, ex.current_step, st.name)
-    committed = record is not None and record.status is StepStatus.COMPLETED
-    return ex.current_step if committed else below
 
 
 def run(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
