@@ -162,6 +162,35 @@ def fail_attempt(
     return schedule_retry(parts, ex, st, decision.delay, info, ran=ran)
 
 
+def fail_phase_attempt(
+    parts: Parts,
+    ex: Execution,
+    policy: RetryPolicy,
+    name: str,
+    error: BaseException,
+    *,
+    started_at: float,
+    outcome: AttemptOutcome,
+    committed: Callable[[StepRecord, int], LinkResult],
+    follow: Callable[[StepRecord], LinkResult],
+    give_up: Callable[[RetryDecision, dict[str, Any], int], LinkResult],
+    retry: Callable[[float, dict[str, Any], int], LinkResult],
+) -> LinkResult:
+    """A failed attempt of a catch handler or a compensation (history record ``name``): record
+    it, then ``retry`` or ``give_up`` as ``policy`` says. A refused record was written by another
+    run of this attempt: ``committed`` when it committed, else ``follow`` what it recorded."""
+    decision, attempt, ran = judge_failure(parts, ex, policy, error, started_at=started_at, outcome=outcome)
+    info = attempt.error or {}
+    if not record_failure(parts, ex, name, attempt, final=not decision.retry):
+        record = parts.store.get_step(ex.id, ex.current_step, name)
+        if record is not None and record.status is StepStatus.COMPLETED:
+            return committed(record, ran)
+        return follow(record) if record is not None else LinkResult(OutcomeStatus.STALE, ran)
+    if not decision.retry:
+        return give_up(decision, info, ran)
+    return retry(decision.delay, info, ran)
+
+
 def follow_recorded_failure(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord | None) -> LinkResult:
     """This run's commit lost to a failure of the same attempt, recorded by another run of it
     (ONE_RECORD_PER_ATTEMPT). That run may have lost its own state write to this run's start

@@ -111,19 +111,21 @@ def _fail(
     started_at: float,
     outcome: AttemptOutcome,
 ) -> LinkResult:
-    decision, attempt, ran = attempts.judge_failure(
-        parts, ex, spec.policy_for(st), error, started_at=started_at, outcome=outcome
+    return attempts.fail_phase_attempt(
+        parts,
+        ex,
+        spec.policy_for(st),
+        record_name(st.name),
+        error,
+        started_at=started_at,
+        outcome=outcome,
+        committed=lambda record, ran: attempts.advance(parts, ex, spec, record.result, ran=ran),
+        follow=lambda record: _follow(parts, ex, st, record),
+        give_up=lambda decision, _info, ran: attempts.fail_execution(
+            parts, ex, error, st_name=st.name, reason=f"catch_{decision.reason}", ran=ran
+        ),
+        retry=lambda delay, info, ran: attempts.schedule_retry(parts, ex, st, delay, info, ran=ran),
     )
-    info = attempt.error or {}
-    name = record_name(st.name)
-    if not attempts.record_failure(parts, ex, name, attempt, final=not decision.retry):
-        record = parts.store.get_step(ex.id, ex.current_step, name)
-        if record is not None and _completed(record):
-            return attempts.advance(parts, ex, spec, record.result, ran=ran)
-        return _follow(parts, ex, st, record) if record is not None else LinkResult(OutcomeStatus.STALE, ran)
-    if not decision.retry:
-        return attempts.fail_execution(parts, ex, error, st_name=st.name, reason=f"catch_{decision.reason}", ran=ran)
-    return attempts.schedule_retry(parts, ex, st, decision.delay, info, ran=ran)
 
 
 def _follow(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord) -> LinkResult:

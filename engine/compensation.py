@@ -186,19 +186,19 @@ def fail_attempt(
     outcome: AttemptOutcome,
 ) -> LinkResult:
     """Record a failed compensation attempt; retry it by its policy, or give up."""
-    decision, attempt, ran = attempts.judge_failure(
-        parts, ex, spec.compensation_policy_for(st), error, started_at=started_at, outcome=outcome
+    return attempts.fail_phase_attempt(
+        parts,
+        ex,
+        spec.compensation_policy_for(st),
+        record_name(st.name),
+        error,
+        started_at=started_at,
+        outcome=outcome,
+        committed=lambda _record, ran: advance(parts, ex, spec, ran=ran),
+        follow=lambda record: _follow(parts, ex, record),
+        give_up=lambda decision, info, ran: give_up(parts, ex, {**info, "reason": decision.reason}, ran=ran),
+        retry=lambda delay, _info, ran: _schedule_retry(parts, ex, delay, ran=ran),
     )
-    info = attempt.error or {}
-    name = record_name(st.name)
-    if not attempts.record_failure(parts, ex, name, attempt, final=not decision.retry):
-        record = parts.store.get_step(ex.id, ex.current_step, name)
-        if record is not None and record.status is StepStatus.COMPLETED:
-            return advance(parts, ex, spec, ran=ran)
-        return _follow(parts, ex, record) if record is not None else LinkResult(OutcomeStatus.STALE, ran)
-    if not decision.retry:
-        return give_up(parts, ex, {**info, "reason": decision.reason}, ran=ran)
-    return _schedule_retry(parts, ex, decision.delay, ran=ran)
 
 
 def _follow(parts: Parts, ex: Execution, record: StepRecord) -> LinkResult:
