@@ -3,7 +3,7 @@
 Attempt a of item i of fan-out step s of parent P starts the child ``<P>--<s>-<a>-<i>`` (deterministic:
 a redelivery finds the child it started instead of starting two) with
 ``parent = {id, step, attempt, item}``. The item then waits: nothing runs until the child ends
-and ``children.notify_parent`` sends P an ITEM message for item i (the sweeper re-sends it if
+and ``outbox.notify_parent`` sends P an ITEM message for item i (the sweeper re-sends it if
 the child's worker died first, as for a plain child). A COMPLETED child's context is the item's
 result; a FAILED or CANCELLED one fails the item's attempt (``ChildFailed``), and the item's
 retry policy starts a new child. Cancelling P cancels the children of its started items.

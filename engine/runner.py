@@ -1,7 +1,8 @@
 """The worker's side: handle a step message, then chain further steps while time allows.
 
 ``handle_link`` reads, asks ``engine.verdicts`` what the message means, and carries
-the verdict out through ``engine.steps``.
+the verdict out through the primitive it names (``engine.steps``, the waits, catch,
+compensation, fan-out); it is the only module that picks one.
 """
 
 from __future__ import annotations
