@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
+from engine.attempts import context_for
 from engine.error_report import error_info
 from engine.errors import (
     CallbackFailed,
@@ -43,12 +44,11 @@ from engine.limits import check_execution_id
 from engine.log import get_logger
 from engine.outbox import dispatch, execution_log
 from engine.outcome import LinkResult, OutcomeStatus
+from engine.parking import finish, finish_committed, park
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, Wait, WaitKind, canonical_json
-from engine.steps import context_for
 from engine.verdicts import GuardVerdict, check_guard
-from engine.waits import finish, finish_committed, park
 from engine.workflow import CallbackSpec, WorkflowSpec
 
 TOKEN_PREFIX = "lcb1"
@@ -159,7 +159,7 @@ def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec) -> 
     if guard.verdict is GuardVerdict.WORKER_LOST:
         lost = WorkerLost(f"the worker died while submitting callback {st.name!r} (attempt {ex.attempt})")
         started = guard.marked_at if guard.marked_at is not None else now
-        return steps.fail_attempt(
+        return attempts.fail_attempt(
             parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST, detail=attempt_detail(ex)
         )
     token, token_hash = issue(ex.id, ex.current_step, ex.attempt)
@@ -187,7 +187,7 @@ def _submit(parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, t
     try:
         st.submit(context_for(parts, ex, st), token)
     except Exception as exc:
-        return steps.fail_attempt(
+        return attempts.fail_attempt(
             parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED, detail=attempt_detail(ex)
         )
     parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)
@@ -273,7 +273,7 @@ def _succeed(
     parts: Parts, ex: Execution, spec: WorkflowSpec, st: CallbackSpec, tok: Token, result: Any, digest: str, log: Any
 ) -> Completion:
     try:
-        stored = steps.check_result(ex, result)
+        stored = attempts.check_result(ex, result)
     except ResultTooLarge as exc:
         raise PayloadTooLarge(f"the callback's result is too large: {exc}") from exc
     attempt = Attempt(
@@ -306,7 +306,7 @@ def _fail(
     # Two equal failures racing both find their body recorded: the write id tells the
     # one whose record it is (200) from the repeat (200, repeat).
     write_id = secrets.token_hex(8)
-    done = steps.fail_attempt(
+    done = attempts.fail_attempt(
         parts,
         ex,
         spec,

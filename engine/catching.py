@@ -13,11 +13,9 @@ for good fails the execution (or starts its compensation) as the step would have
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
 from engine.history_rules import last_attempt, last_error
@@ -36,17 +34,6 @@ def record_name(step_name: str) -> str:
     return step_name + SUFFIX
 
 
-def begin(parts: Parts, ex: Execution, error: dict[str, Any], *, ran: int) -> LinkResult:
-    new, effects = tr.catching_state(ex, error, parts.clock.now(), parts.config)
-    try:
-        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
-    except ConflictError:
-        execution_log(ex).info("catch.begin_lost")
-        return LinkResult(OutcomeStatus.STALE, ran)
-    execution_log(new).warning("step.caught", error=error)
-    return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, replace(effects, written=new))
-
-
 def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
     """One message of a step whose handler runs: guarded, like a redelivered forward step."""
     log = execution_log(ex).bind(step_name=st.name, phase=Phase.CATCH.value)
@@ -54,14 +41,14 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkRe
     record = parts.store.get_step(ex.id, ex.current_step, name)
     if record is not None and record.status is StepStatus.FAILED and last_attempt(record) >= ex.attempt:
         # Given up on in this round; a FAILED record of an earlier round (before a redrive) is not.
-        return steps.fail_execution(parts, ex, last_error(record), st_name=st.name, reason="catch_failed")
+        return attempts.fail_execution(parts, ex, last_error(record), st_name=st.name, reason="catch_failed")
     if record is not None and any(a.attempt >= ex.attempt for a in record.attempts) and not _completed(record):
         return _follow(parts, ex, st, record)
     now = parts.clock.now()
     guard = check_guard(ex, record, now, parts.config)
     if guard.verdict is GuardVerdict.ROLL_FORWARD and record is not None:
         log.info("catch.roll_forward")
-        return steps.advance(parts, ex, spec, record.result, ran=0)
+        return attempts.advance(parts, ex, spec, record.result, ran=0)
     if guard.verdict is GuardVerdict.IN_FLIGHT:
         return LinkResult(OutcomeStatus.IN_FLIGHT)
     if guard.verdict is GuardVerdict.WORKER_LOST:
@@ -95,7 +82,7 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
     parts.faults.point(FaultPoint.BEFORE_STEP, **info)
     started = parts.clock.now()
     try:
-        result = steps.check_result(ex, st.catch(ctx, error))
+        result = attempts.check_result(ex, st.catch(ctx, error))
     except Exception as exc:
         return _fail(parts, ex, spec, st, exc, started, AttemptOutcome.FAILED)
     parts.faults.point(FaultPoint.AFTER_STEP, **info)
@@ -109,10 +96,10 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
         record = exc.current if isinstance(exc.current, StepRecord) else None
         record = record or parts.store.get_step(ex.id, ex.current_step, record_name(st.name))
         if record is not None and _completed(record):
-            return steps.advance(parts, ex, spec, record.result, ran=1)
+            return attempts.advance(parts, ex, spec, record.result, ran=1)
         return _follow(parts, ex, st, record) if record is not None else LinkResult(OutcomeStatus.STALE, 1)
     log.info("catch.completed")
-    return steps.advance(parts, ex, spec, result, ran=1)
+    return attempts.advance(parts, ex, spec, result, ran=1)
 
 
 def _fail(
@@ -124,29 +111,31 @@ def _fail(
     started_at: float,
     outcome: AttemptOutcome,
 ) -> LinkResult:
-    decision, attempt, ran = steps.judge_failure(
-        parts, ex, spec.policy_for(st), error, started_at=started_at, outcome=outcome
+    return attempts.fail_phase_attempt(
+        parts,
+        ex,
+        spec.policy_for(st),
+        record_name(st.name),
+        error,
+        started_at=started_at,
+        outcome=outcome,
+        committed=lambda record, ran: attempts.advance(parts, ex, spec, record.result, ran=ran),
+        follow=lambda record: _follow(parts, ex, st, record),
+        give_up=lambda decision, _info, ran: attempts.fail_execution(
+            parts, ex, error, st_name=st.name, reason=f"catch_{decision.reason}", ran=ran
+        ),
+        retry=lambda delay, info, ran: attempts.schedule_retry(parts, ex, st, delay, info, ran=ran),
     )
-    info = attempt.error or {}
-    name = record_name(st.name)
-    if not steps.record_failure(parts, ex, name, attempt, final=not decision.retry):
-        record = parts.store.get_step(ex.id, ex.current_step, name)
-        if record is not None and _completed(record):
-            return steps.advance(parts, ex, spec, record.result, ran=ran)
-        return _follow(parts, ex, st, record) if record is not None else LinkResult(OutcomeStatus.STALE, ran)
-    if not decision.retry:
-        return steps.fail_execution(parts, ex, error, st_name=st.name, reason=f"catch_{decision.reason}", ran=ran)
-    return steps.schedule_retry(parts, ex, st, decision.delay, info, ran=ran)
 
 
 def _follow(parts: Parts, ex: Execution, st: StepSpec, record: StepRecord) -> LinkResult:
     """This attempt's failure is recorded (its writer may have died before the state write)."""
-    return steps.follow_failure(
+    return attempts.follow_failure(
         parts,
         ex,
         record,
-        give_up=lambda error: steps.fail_execution(parts, ex, error, st_name=st.name, reason="catch_failed"),
-        retry=lambda delay, error: steps.schedule_retry(parts, ex, st, delay, error, ran=0),
+        give_up=lambda error: attempts.fail_execution(parts, ex, error, st_name=st.name, reason="catch_failed"),
+        retry=lambda delay, error: attempts.schedule_retry(parts, ex, st, delay, error, ran=0),
     )
 
 

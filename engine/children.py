@@ -3,7 +3,7 @@
 For step i, attempt a of parent P:
 
 1. start the child with the id ``child_id(P, i, a)`` and ``parent = {id, step, attempt}``
-   (``control.start`` is idempotent on the id: a restart never starts two);
+   (``lifecycle.start`` is idempotent on the id: a restart never starts two);
 2. park P WAITING (kind CHILD, ``child_id``), then look at the child again (it may have ended);
 3. the child's terminal write keeps it in GSI1 (``next_wake_at`` = a lease on) and sends
    the parent a CHILD_DONE message for (i, a); a crash before that send is covered by the
@@ -18,11 +18,9 @@ parking on it (and so on down).
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
-
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
+from engine.attempts import context_for
 from engine.errors import (
     ChildFailed,
     ExecutionAlreadyExists,
@@ -30,24 +28,13 @@ from engine.errors import (
     LoomError,
     NonRetryableError,
 )
-from engine.messages import MessageKind, StepMessage
-from engine.outbox import execution_log, send
+from engine.lifecycle import cancel_child, cancel_children, cancel_running_children, child_id, children_of, start
+from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
+from engine.parking import commit_result, committed, finish_committed, park
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Status, Wait, WaitKind
-from engine.steps import context_for
-from engine.waits import commit_result, committed, finish_committed, park
 from engine.workflow import ChildSpec, WorkflowSpec
-
-MAX_EXECUTION_ID = 128
-
-
-def child_id(parent_id: str, step: int, attempt: int) -> str:
-    """Deterministic, so a restarted parent finds the child it started instead of starting two."""
-    suffix = f"--{step}-{attempt}"
-    if len(parent_id) + len(suffix) <= MAX_EXECUTION_ID:
-        return parent_id + suffix
-    return "c" + hashlib.sha256(parent_id.encode()).hexdigest()[:40] + suffix
 
 
 class ChildInputError(NonRetryableError):
@@ -81,22 +68,20 @@ def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec) -> Lin
 
 
 def _start_child(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, cid: str) -> LinkResult | None:
-    from engine import control
-
     started = parts.clock.now()
     try:
         child_input = st.fn(context_for(parts, ex, st))
         if child_input is not None and not isinstance(child_input, dict):
             raise ChildInputError(f"child input must be a dict, not {type(child_input).__name__}")
         parent = {"id": ex.id, "step": ex.current_step, "attempt": ex.attempt}
-        control.start(parts, st.workflow, child_input or {}, cid, parent=parent)
+        start(parts, st.workflow, child_input or {}, cid, parent=parent)
     except (InvalidInput, ExecutionAlreadyExists) as exc:
         bad = ChildInputError(f"child {st.workflow!r} could not start: {exc.message}")
-        return steps.fail_attempt(parts, ex, spec, st, bad, started_at=started, outcome=AttemptOutcome.FAILED)
+        return attempts.fail_attempt(parts, ex, spec, st, bad, started_at=started, outcome=AttemptOutcome.FAILED)
     except LoomError:
         raise  # throttling and the like: the message is delivered again
     except Exception as exc:
-        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+        return attempts.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     execution_log(ex).info("child.started", child_id=cid, workflow=st.workflow)
     return None
 
@@ -107,7 +92,7 @@ def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid:
     detail = {"child": kid.id}
     if kid.status is not Status.COMPLETED:
         why = ChildFailed(f"child {kid.id} ended {kid.status.value}: {(kid.error or {}).get('message', '')}")
-        return steps.fail_attempt(
+        return attempts.fail_attempt(
             parts,
             ex,
             spec,
@@ -130,97 +115,12 @@ def resolve(parts: Parts, ex: Execution, spec: WorkflowSpec, st: ChildSpec, kid:
     )
 
 
-def notify_parent(parts: Parts, child: Execution) -> bool:
-    """Tell the parent its child ended (after the child's terminal write; a lost send is
-    covered by the sweeper, which finds the terminal child still indexed). False when the
-    send failed: the sweeper then keeps the child indexed, to send it again."""
-    p = child.parent
-    if p is None or not child.terminal:
-        return True
-    if p.get("item") is not None:  # a fan-out item's child (engine/fan_children.py)
-        item = StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.ITEM, item=int(p["item"]))
-        return send(parts, item, 0)
-    return send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)
-
-
-def cancel_children(parts: Parts, ex: Execution) -> None:
-    """After a parent is cancelled: cancel the child it waited for, or the child its current
-    step may have started before parking on it (and their children, recursively)."""
-    from engine import fan_children
-
-    fan_children.cancel_items(parts, ex)  # a fan-out step's running child items
-    for cid in _children_at_the_cancel(parts, ex):
-        _cancel_child(parts, ex, cid)
-
-
-def _children_at_the_cancel(parts: Parts, ex: Execution) -> list[str]:
-    """``ex`` is the parent as the cancel found it. Its worker starts a child before it parks
-    on it, so a RUNNING parent at a child step may already have one that no wait names yet."""
-    w = ex.wait
-    if w is not None and w.kind is WaitKind.CHILD and w.child_id is not None:
-        return [w.child_id]
-    if ex.status is Status.RUNNING and _at_child_step(parts, ex):
-        return [child_id(ex.id, ex.current_step, ex.attempt)]
-    return []
-
-
-def _at_child_step(parts: Parts, ex: Execution) -> bool:
-    try:
-        spec = parts.registry.get(ex.workflow)
-    except LoomError:
-        return False
-    return ex.current_step < len(spec.steps) and isinstance(spec.steps[ex.current_step], ChildSpec)
-
-
 def _cancel_if_orphaned(parts: Parts, ex: Execution, cid: str) -> None:
     """The park lost: if a cancel won, its cascade may have looked before this worker started
     the child, so nobody else will stop it."""
     latest = parts.store.get_execution(ex.id)
     if latest is not None and latest.status in (Status.CANCELLED, Status.COMPENSATING):
-        _cancel_child(parts, latest, cid)
-
-
-def _cancel_child(parts: Parts, parent: Execution, cid: str) -> None:
-    from engine import control
-
-    try:
-        control.cancel(parts, cid)
-    except LoomError as exc:
-        execution_log(parent).info("child.cancel_skipped", child_id=cid, reason=exc.code)
-
-
-def cancel_running_children(parts: Parts, ex: Execution) -> None:
-    """Cancel every child of a CANCELLED parent that is still running (a repeated cancel's cascade)."""
-    for kid in children_of(parts, ex):
-        if not Status(kid["status"]).terminal:
-            _cancel_child(parts, ex, kid["id"])
-
-
-def children_of(parts: Parts, ex: Execution) -> list[dict[str, Any]]:
-    """Every child this execution started, with its status (for GET /executions/{id})."""
-    try:
-        spec = parts.registry.get(ex.workflow)
-    except LoomError:
-        return []
-    if not any(isinstance(s, ChildSpec) for s in spec.steps):
-        return []
-    ids: list[str] = []
-    for record in parts.store.history(ex.id):
-        ids += [str(a.detail["child"]) for a in record.attempts if a.detail and "child" in a.detail]
-    if ex.wait is not None and ex.wait.child_id and ex.wait.child_id not in ids:
-        ids.append(ex.wait.child_id)
-    if ex.current_step < len(spec.steps) and isinstance(spec.steps[ex.current_step], ChildSpec):
-        # The current attempt's child is in no history record yet (and a cancel clears the wait).
-        current = child_id(ex.id, ex.current_step, ex.attempt)
-        if current not in ids:
-            ids.append(current)
-    found = []
-    for cid in ids:
-        kid = parts.store.get_execution(cid)
-        if kid is None:
-            continue
-        found.append({"id": cid, "workflow": kid.workflow, "status": kid.status.value})
-    return found
+        cancel_child(parts, latest, cid)
 
 
 __all__ = ["begin", "cancel_children", "cancel_running_children", "child_id", "children_of", "notify_parent", "resolve"]

@@ -23,13 +23,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
 from engine.errors import ConflictError, PayloadTooLarge, ResultTooLarge, WorkerLost
-from engine.fanout_spec import FanoutSpec
-from engine.outbox import execution_log
+from engine.escalation import give_up_compensation as give_up
+from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
@@ -69,56 +68,10 @@ def _item(record: StepRecord) -> int:
     return 0
 
 
-def begin(
-    parts: Parts, ex: Execution, spec: WorkflowSpec, cause: dict[str, Any], *, first: int | None, ran: int = 0
-) -> LinkResult | None:
-    """Turn ``ex`` COMPENSATING at step ``first``; None when there is nothing to undo (the
-    caller then fails or cancels as before). Conditional on the version ``ex`` has."""
-    if first is None:
-        return None
-    new, effects = tr.compensating_state(ex, first, cause, parts.clock.now(), parts.config)
-    try:
-        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
-    except ConflictError:
-        execution_log(ex).info("compensation.begin_lost")
-        return LinkResult(OutcomeStatus.STALE, ran)
-    execution_log(new).warning("compensation.started", cause=cause, first_step=first)
-    return LinkResult(OutcomeStatus.COMPENSATING, ran, replace(effects, written=new))
-
-
-def first_to_undo(parts: Parts, ex: Execution) -> int | None:
-    """Where a cancel with compensate starts undoing: the current step if it committed, else below.
-
-    The current step may be running right now. A final failure recorded for its current
-    attempt fences it (FAILED_IS_FINAL refuses that run's late commit); if the record is
-    COMPLETED instead, the step committed and is undone too.
-    """
-    spec = parts.registry.get(ex.workflow)
-    if not spec.has_compensation:
-        return None
-    below = tr.compensable_below(spec, ex.current_step)
-    st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
-    if not isinstance(st, StepSpec) or st.compensate is None or ex.status is not Status.RUNNING:
-        return below
-    if isinstance(st, FanoutSpec):
-        return ex.current_step  # its committed items are undone; engine/fan_undo.py fences the rest
-    now = parts.clock.now()
-    info = {"type": "Cancelled", "message": "the execution was cancelled with compensate"}
-    fence = Attempt(ex.attempt, now, now, AttemptOutcome.FAILED, info)
-    if parts.store.record_failure(ex.id, ex.current_step, st.name, fence, final=True):
-        return below
-    record = parts.store.get_step(ex.id, ex.current_step, st.name)
-    committed = record is not None and record.status is StepStatus.COMPLETED
-    return ex.current_step if committed else below
-
-
 def run(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
-    """One message of a COMPENSATING execution: check both records, then run, skip or follow."""
+    """One message of a COMPENSATING execution at a step (a fan-out's: engine/fan_undo.py):
+    check both records, then run, skip or follow."""
     st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
-    if isinstance(st, FanoutSpec) and st.compensate is not None:
-        from engine import fan_undo
-
-        return fan_undo.run(parts, ex, spec, st)  # each committed item undone once (engine/fan_undo.py)
     if not isinstance(st, StepSpec) or st.compensate is None:
         # The deployed workflow no longer compensates this step: nothing here can undo it.
         return give_up(parts, ex, {"type": "WorkflowDefinitionError", "message": "no compensation at this step"})
@@ -152,8 +105,6 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
 
 
 def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, forward: StepRecord) -> LinkResult:
-    from engine.steps import check_result
-
     assert st.compensate is not None
     log = execution_log(ex).bind(step_name=st.name, phase=Phase.COMPENSATE.value)
     ctx = StepContext(
@@ -174,7 +125,7 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, f
     started = parts.clock.now()
     log.info("compensation.started_attempt")
     try:
-        result = check_result(ex, st.compensate(ctx))
+        result = attempts.check_result(ex, st.compensate(ctx))
     except Exception as exc:
         return fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     parts.faults.point(FaultPoint.AFTER_STEP, **info)
@@ -211,7 +162,7 @@ def advance(parts: Parts, ex: Execution, spec: WorkflowSpec, *, ran: int) -> Lin
             continue
         execution_log(new).info("compensation.advanced", status=new.status.value, current_step=new.current_step)
         if new.terminal:
-            _notify_parent(parts, new)
+            notify_parent(parts, new)
         parts.faults.point(
             FaultPoint.AFTER_CHECKPOINT,
             execution_id=ex.id,
@@ -235,24 +186,24 @@ def fail_attempt(
     outcome: AttemptOutcome,
 ) -> LinkResult:
     """Record a failed compensation attempt; retry it by its policy, or give up."""
-    decision, attempt, ran = steps.judge_failure(
-        parts, ex, spec.compensation_policy_for(st), error, started_at=started_at, outcome=outcome
+    return attempts.fail_phase_attempt(
+        parts,
+        ex,
+        spec.compensation_policy_for(st),
+        record_name(st.name),
+        error,
+        started_at=started_at,
+        outcome=outcome,
+        committed=lambda _record, ran: advance(parts, ex, spec, ran=ran),
+        follow=lambda record: _follow(parts, ex, record),
+        give_up=lambda decision, info, ran: give_up(parts, ex, {**info, "reason": decision.reason}, ran=ran),
+        retry=lambda delay, _info, ran: _schedule_retry(parts, ex, delay, ran=ran),
     )
-    info = attempt.error or {}
-    name = record_name(st.name)
-    if not steps.record_failure(parts, ex, name, attempt, final=not decision.retry):
-        record = parts.store.get_step(ex.id, ex.current_step, name)
-        if record is not None and record.status is StepStatus.COMPLETED:
-            return advance(parts, ex, spec, ran=ran)
-        return _follow(parts, ex, record) if record is not None else LinkResult(OutcomeStatus.STALE, ran)
-    if not decision.retry:
-        return give_up(parts, ex, {**info, "reason": decision.reason}, ran=ran)
-    return _schedule_retry(parts, ex, decision.delay, ran=ran)
 
 
 def _follow(parts: Parts, ex: Execution, record: StepRecord) -> LinkResult:
     """Carry out what a recorded failure of this attempt decided (its writer may have died)."""
-    return steps.follow_failure(
+    return attempts.follow_failure(
         parts,
         ex,
         record,
@@ -269,49 +220,3 @@ def _schedule_retry(parts: Parts, ex: Execution, delay: float, *, ran: int) -> L
         return LinkResult(OutcomeStatus.STALE, ran)
     execution_log(ex).info("compensation.retry_scheduled", delay=round(delay, 3))
     return LinkResult(OutcomeStatus.RETRY_SCHEDULED, ran, effects)
-
-
-def give_up(parts: Parts, ex: Execution, compensation_error: dict[str, Any], *, ran: int = 0) -> LinkResult:
-    """COMPENSATION_FAILED: parked in the DLQ with the cause and the compensation's error."""
-    now = parts.clock.now()
-    st_name = _step_name(parts, ex)
-    error = {
-        "type": "CompensationFailed",
-        "message": f"the compensation of step {ex.current_step} ({st_name}) failed for good",
-        "step": ex.current_step,
-        "step_name": st_name,
-        "cause": ex.error,
-        "compensation": compensation_error,
-    }
-    # Dead-letter first, as fail_execution does: a crash in between parks it twice at worst.
-    parts.queue.send_dead_letter(
-        {
-            "loom": "compensation_failed",
-            "execution_id": ex.id,
-            "workflow": ex.workflow,
-            "failed_at": now,
-            "error": error,
-        }
-    )
-    new = tr.compensation_failed_state(ex, error, now, parts.config)
-    try:
-        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
-    except ConflictError:
-        return LinkResult(OutcomeStatus.STALE, ran)
-    execution_log(new).error("compensation.failed", error=error)
-    _notify_parent(parts, new)
-    return LinkResult(OutcomeStatus.FAILED, ran)
-
-
-def _step_name(parts: Parts, ex: Execution) -> str | None:
-    try:
-        return parts.registry.get(ex.workflow).steps[ex.current_step].name
-    except Exception:  # an unknown workflow or step: the error says so already
-        return None
-
-
-def _notify_parent(parts: Parts, ex: Execution) -> None:
-    if ex.parent is not None:
-        from engine import children
-
-        children.notify_parent(parts, ex)

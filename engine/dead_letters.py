@@ -11,15 +11,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from engine.error_report import error_info
 from engine.errors import LoomError, MalformedMessage
 from engine.messages import MessageKind, StepMessage
+from engine.ports import Queue, Store
 from engine.state import Execution, Status, WaitKind
 
-if TYPE_CHECKING:
-    from engine.runtime import Engine
+
+class Engine(Protocol):
+    """What redriving needs of ``engine.runtime.Engine`` (named here, not imported: it is above this layer)."""
+
+    store: Store
+    queue: Queue
+
+    def redrive_failed(self, execution_id: str) -> Execution: ...
 
 
 @dataclass(frozen=True)

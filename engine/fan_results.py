@@ -38,7 +38,7 @@ def stored_marker(step: int, n: int) -> dict[str, Any]:
 def step_result(
     ex: Execution, st: FanoutSpec, join: JoinRecord, records: list[StepRecord], fits: Callable[[dict[str, Any]], Any]
 ) -> dict[str, Any]:
-    """What the fan-out step commits and merges; ``fits`` raises ResultTooLarge (steps.check_result)."""
+    """What the fan-out step commits and merges; ``fits`` raises ResultTooLarge (attempts.check_result)."""
     results = in_order(records, join.n)
     if st.kind is FanKind.PARALLEL:
         merged: dict[str, Any] = {}

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine import compensation, steps
+from engine import attempts, compensation
 from engine import transitions as tr
 from engine.errors import ConflictError, WorkerLost
+from engine.escalation import give_up_compensation
+from engine.fan_items import item_context, item_values
 from engine.fanout_spec import FanoutSpec
 from engine.join import JoinVerdict
 from engine.outbox import execution_log
@@ -89,7 +91,7 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec) -> Link
     now = parts.clock.now()
     verdict, marked_at = check_compensation(ex, item, undo, now, parts.config)
     if verdict is CompensationVerdict.GIVE_UP and undo is not None:
-        return compensation.give_up(parts, ex, undo.error or {})
+        return give_up_compensation(parts, ex, undo.error or {})
     if verdict is CompensationVerdict.FOLLOW_RETRY and undo is not None:
         recorded = next((a for a in undo.attempts if a.attempt == ex.attempt), None)
         if recorded is None:
@@ -110,8 +112,6 @@ def run(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec) -> Link
 
 
 def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, item: StepRecord) -> LinkResult:
-    from engine.fanout import item_context, item_values
-
     undo = st.item_spec(item.index).compensate
     assert undo is not None
     log = execution_log(ex).bind(step_name=st.name, item=item.index, phase=Phase.COMPENSATE.value)
@@ -122,7 +122,7 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec,
         base = item_context(parts, ex, st, item.index, value, ex.attempt)
         committed = item.result if isinstance(item.result, dict) else {"result": item.result}
         ctx = replace(base, phase=Phase.COMPENSATE, result=committed, failure=dict(ex.error or {}))
-        result = steps.check_result(ex, undo(ctx))
+        result = attempts.check_result(ex, undo(ctx))
     except Exception as exc:
         return _failed(parts, ex, spec, st, item, exc, started_at=started)
     done = Attempt(ex.attempt, started, parts.clock.now(), AttemptOutcome.COMPLETED)
@@ -163,12 +163,12 @@ def _failed(
     item_spec = st.item_spec(item.index)
     policy = item_spec.compensate_retry or spec.retry
     outcome = AttemptOutcome.WORKER_LOST if lost else AttemptOutcome.FAILED
-    decision, attempt, ran = steps.judge_failure(parts, ex, policy, error, started_at=started_at, outcome=outcome)
+    decision, attempt, ran = attempts.judge_failure(parts, ex, policy, error, started_at=started_at, outcome=outcome)
     name = undo_name(st, item.index)
     if not parts.store.record_failure(ex.id, ex.current_step, name, attempt, final=not decision.retry):
         return LinkResult(OutcomeStatus.STALE, ran)  # recorded by another run of it: that one carries on
     if not decision.retry:
-        return compensation.give_up(parts, ex, {**(attempt.error or {}), "item": item.index}, ran=ran)
+        return give_up_compensation(parts, ex, {**(attempt.error or {}), "item": item.index}, ran=ran)
     return _retry(parts, ex, decision.delay, ran=ran)
 
 

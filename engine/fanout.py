@@ -22,7 +22,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from engine import compensation, steps
+from engine import attempts
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import (
@@ -34,11 +34,13 @@ from engine.errors import (
     PayloadTooLarge,
     ResourceMissing,
 )
+from engine.escalation import begin_compensation
 from engine.fan_children import WAITING, await_child
+from engine.fan_items import item_context, item_values
 from engine.fan_results import step_result
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.history_rules import last_attempt
-from engine.join import MAX_ITEMS, JoinRecord, JoinVerdict, first_window, judge_join, next_item, shards_for, to_resend
+from engine.join import JoinRecord, JoinVerdict, first_window, judge_join, next_item, shards_for, to_resend
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log, send
 from engine.outcome import LinkResult, OutcomeStatus
@@ -46,27 +48,9 @@ from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
-from engine.workflow import ChildSpec, StepContext, WorkflowSpec
+from engine.workflow import ChildSpec, WorkflowSpec
 
 FINAL = (StepStatus.COMPLETED, StepStatus.FAILED)
-
-
-def item_values(parts: Parts, ex: Execution, st: FanoutSpec) -> list[Any]:
-    """The map's items (``InvalidFanoutItems`` if not a list of at most MAX_ITEMS JSON values),
-    or one None per branch."""
-    if st.kind is FanKind.PARALLEL:
-        return [None] * len(st.branches)
-    assert st.items is not None
-    values = st.items(steps.context_for(parts, ex, st))
-    if not isinstance(values, (list, tuple)):
-        raise InvalidFanoutItems(f"map {st.name!r}: items must return a list, not {type(values).__name__}")
-    if len(values) > MAX_ITEMS:
-        raise InvalidFanoutItems(f"map {st.name!r}: {len(values):,} items; the most a map takes is {MAX_ITEMS:,}")
-    try:
-        canonical_json(list(values))
-    except (TypeError, ValueError) as exc:
-        raise InvalidFanoutItems(f"map {st.name!r}: the items are not JSON values: {exc}") from exc
-    return list(values)
 
 
 def drive(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, *, guarded: bool) -> LinkResult:
@@ -85,7 +69,7 @@ def open_fanout(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec)
     try:
         values = item_values(parts, ex, st)
     except Exception as exc:
-        return steps.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
+        return attempts.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     n = len(values)
     marked = tr.started_state(ex, started, parts.config)
     try:
@@ -106,7 +90,7 @@ def hand_to_items(parts: Parts, ex: Execution) -> Execution | None:
     serialises openers; left on, it made every lapse of the lease look like a dead opener, so
     behind a backlog the sweeper re-drove the map each lease and each redrive re-sent the window.
     A crash before this write leaves the mark, and the redrive that follows re-sends the window."""
-    for _ in range(steps.CONFLICT_RETRIES):
+    for _ in range(attempts.CONFLICT_RETRIES):
         now = parts.clock.now()
         new = tr.fanned_out_state(ex, now, parts.config)
         try:
@@ -206,11 +190,6 @@ def _retry_due(record: StepRecord | None) -> float | None:
         return None
     last = max(record.attempts, key=lambda a: a.attempt)
     return None if last.retry_delay is None else last.finished_at + last.retry_delay
-
-
-def item_context(parts: Parts, ex: Execution, st: FanoutSpec, idx: int, value: Any, attempt: int) -> StepContext:
-    base = steps.context_for(parts, ex, st)
-    return replace(base, attempt=attempt, item=value, item_index=idx, log=base.log.bind(item=idx))
 
 
 def _attempt(
@@ -352,10 +331,8 @@ def finish(
             # The step's own committed items are undone first, then the steps below it.
             info = {**error_info(failed), "step": current.current_step, "step_name": st.name}
             info["reason"] = "completion_policy"
-            begun = compensation.begin(parts, current, spec, info, first=current.current_step)
-            if begun is not None:
-                return begun
-        return steps.fail_execution(parts, current, failed, st_name=st.name, reason="completion_policy")
+            return begin_compensation(parts, current, info, first=current.current_step)
+        return attempts.fail_execution(parts, current, failed, st_name=st.name, reason="completion_policy")
     return _join_success(parts, current, spec, st, join)
 
 
@@ -363,9 +340,9 @@ def _join_success(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpe
     records = parts.store.fan_items(ex.id, ex.current_step, join.shards, 0, join.n)
     now = parts.clock.now()
     try:
-        result: dict[str, Any] | None = step_result(ex, st, join, records, lambda r: steps.check_result(ex, r))
+        result: dict[str, Any] | None = step_result(ex, st, join, records, lambda r: attempts.check_result(ex, r))
     except Exception as exc:
-        return steps.fail_execution(parts, ex, exc, st_name=st.name, reason="results_too_large")
+        return attempts.fail_execution(parts, ex, exc, st_name=st.name, reason="results_too_large")
     opened = ex.attempt_started_at if ex.attempt_started_at is not None else now
     try:
         joined = Attempt(ex.attempt, opened, now, AttemptOutcome.COMPLETED)
@@ -376,4 +353,4 @@ def _join_success(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpe
             return LinkResult(OutcomeStatus.STALE)
         result = record.result
     execution_log(ex).info("fanout.joined", n=join.n, ok=join.ok, failed=join.failed)
-    return steps.advance(parts, ex, spec, result, ran=0)
+    return attempts.advance(parts, ex, spec, result, ran=0)

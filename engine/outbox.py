@@ -8,7 +8,7 @@ from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import LoomError, ResourceMissing
 from engine.log import get_logger
-from engine.messages import StepMessage
+from engine.messages import MessageKind, StepMessage
 from engine.parts import Parts
 from engine.state import Execution
 
@@ -44,3 +44,16 @@ def execution_log(ex: Execution) -> Any:
 
 def engine_log() -> Any:
     return get_logger(execution_id=None, step=None, attempt=None)
+
+
+def notify_parent(parts: Parts, child: Execution) -> bool:
+    """Tell the parent its child ended (after the child's terminal write; a lost send is
+    covered by the sweeper, which finds the terminal child still indexed). False when the
+    send failed: the sweeper then keeps the child indexed, to send it again."""
+    p = child.parent
+    if p is None or not child.terminal:
+        return True
+    if p.get("item") is not None:  # a fan-out item's child (engine/fan_children.py)
+        item = StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.ITEM, item=int(p["item"]))
+        return send(parts, item, 0)
+    return send(parts, StepMessage(str(p["id"]), int(p["step"]), int(p["attempt"]), MessageKind.CHILD_DONE), 0)

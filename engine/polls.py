@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine import transitions as tr
-from engine.errors import ConflictError, PollTimeout
+from engine.attempts import fail_attempt
+from engine.errors import ConflictError, InvalidResult, PollTimeout
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
@@ -32,19 +33,15 @@ def poll_wait(ex: Execution, st: PollSpec, now: float) -> Wait:
 
 
 def not_yet(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, *, started_at: float) -> LinkResult:
-    from engine import steps  # steps hands not-yet answers here; import late to avoid a cycle
-
     now = parts.clock.now()
     log = execution_log(ex).bind(step_name=st.name)
     if not isinstance(st, PollSpec):
-        from engine.errors import InvalidResult
-
         bad = InvalidResult("NOT_YET may only be returned by a wait_until check")
-        return steps.fail_attempt(parts, ex, spec, st, bad, started_at=started_at, outcome=AttemptOutcome.FAILED)
+        return fail_attempt(parts, ex, spec, st, bad, started_at=started_at, outcome=AttemptOutcome.FAILED)
     wait = poll_wait(ex, st, now)
     if wait.deadline is not None and now >= wait.deadline:
         timeout = PollTimeout(f"{st.name!r} still said not yet after {wait.polls + 1} checks")
-        return steps.fail_attempt(parts, ex, spec, st, timeout, started_at=started_at, outcome=AttemptOutcome.FAILED)
+        return fail_attempt(parts, ex, spec, st, timeout, started_at=started_at, outcome=AttemptOutcome.FAILED)
     wait = replace(wait, polls=wait.polls + 1)
     new, effects = tr.not_yet_state(ex, wait, st.every, now, parts.config)
     try:

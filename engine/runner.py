@@ -1,7 +1,8 @@
 """The worker's side: handle a step message, then chain further steps while time allows.
 
 ``handle_link`` reads, asks ``engine.verdicts`` what the message means, and carries
-the verdict out through ``engine.steps``.
+the verdict out through the primitive it names (``engine.steps``, the waits, catch,
+compensation, fan-out); it is the only module that picks one.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import catching, compensation, fanout, steps, waits
+from engine import attempts, callbacks, catching, children, compensation, fan_undo, fanout, signals, steps
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -30,7 +31,7 @@ from engine.verdicts import (
     needs_guard,
     run_is_covered,
 )
-from engine.workflow import PARKING_WAITS, SleepSpec, StepSpec, WorkflowSpec
+from engine.workflow import PARKING_WAITS, CallbackSpec, ChildSpec, SignalSpec, SleepSpec, StepSpec, WorkflowSpec
 
 Remaining = Callable[[], float]
 
@@ -118,8 +119,8 @@ def handle_link(
     try:
         spec = parts.registry.get(ex.workflow)
         if ex.status is Status.COMPENSATING:
-            return compensation.run(parts, ex, spec)  # always guarded (engine/compensation.py)
-        st = steps.step_at(spec, ex.current_step)
+            return undo(parts, ex, spec)  # always guarded (engine/compensation.py)
+        st = attempts.step_at(spec, ex.current_step)
         if ex.catching is not None and isinstance(st, StepSpec) and st.catch is not None:
             return catching.run(parts, ex, spec, st)  # the step failed for good: its handler runs
         if isinstance(st, FanoutSpec):  # engine/fanout.py: the parent opens or recovers, items run
@@ -131,10 +132,10 @@ def handle_link(
         if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
             return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
         if isinstance(st, PARKING_WAITS):
-            return waits.begin(parts, ex, spec, st)  # engine/waits.py: callbacks, signals, children
+            return begin_wait(parts, ex, spec, st)  # callbacks, signals, children
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
-        return steps.fail_execution(parts, ex, exc, st_name=None)
+        return attempts.fail_execution(parts, ex, exc, st_name=None)
     # Before the start mark: an at_most_once attempt marked and then killed would count as failed.
     # A step with no declared timeout is held back only by can_chain's reserve, as before.
     timeout = spec.timeout_for(st)
@@ -148,6 +149,25 @@ def handle_link(
     return steps.run_step(parts, ex, spec, st)
 
 
+def begin_wait(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
+    """A message reached a wait step (RUNNING): start the wait, or finish one already decided."""
+    if isinstance(st, CallbackSpec):
+        return callbacks.begin(parts, ex, spec, st)
+    if isinstance(st, SignalSpec):
+        return signals.begin(parts, ex, spec, st)
+    if isinstance(st, ChildSpec):
+        return children.begin(parts, ex, spec, st)
+    raise TypeError(f"{type(st).__name__} is not a wait")
+
+
+def undo(parts: Parts, ex: Execution, spec: WorkflowSpec) -> LinkResult:
+    """One message of a COMPENSATING execution: a fan-out's items are undone one by one."""
+    st = spec.steps[ex.current_step] if ex.current_step < len(spec.steps) else None
+    if isinstance(st, FanoutSpec) and st.compensate is not None:
+        return fan_undo.run(parts, ex, spec, st)  # each committed item undone once (engine/fan_undo.py)
+    return compensation.run(parts, ex, spec)
+
+
 def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
     """Look at the history and the start mark first; mark the attempt started; then run it."""
     log = message_log(StepMessage(ex.id, ex.current_step, ex.attempt))
@@ -156,14 +176,14 @@ def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
     guard = check_guard(ex, record, now, parts.config)
     if guard.verdict is GuardVerdict.ROLL_FORWARD and record is not None:
         log.info("step.roll_forward")
-        return steps.advance(parts, ex, spec, record.result, ran=0)
+        return attempts.advance(parts, ex, spec, record.result, ran=0)
     if guard.verdict is GuardVerdict.IN_FLIGHT:
         log.info("step.in_flight_elsewhere", marked_at=guard.marked_at)
         return LinkResult(OutcomeStatus.IN_FLIGHT)
     if guard.verdict is GuardVerdict.WORKER_LOST:
         lost = WorkerLost(f"the worker died while attempt {ex.attempt} of step {st.name!r} ran")
         started = guard.marked_at if guard.marked_at is not None else now
-        return steps.fail_attempt(parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST)
+        return attempts.fail_attempt(parts, ex, spec, st, lost, started_at=started, outcome=AttemptOutcome.WORKER_LOST)
     marked = tr.started_state(ex, now, parts.config)
     try:
         parts.store.put_execution(marked, expected_version=ex.version, expected_step=ex.current_step)

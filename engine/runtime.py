@@ -2,7 +2,7 @@
 
     control  (engine/control.py)  start, get, history, list, cancel, redrive_failed
     runner   (engine/runner.py)   handle a step message and chain what follows
-    steps    (engine/steps.py)    run one attempt, commit, advance, retry, fail
+    steps    (engine/steps.py)    run one attempt of a step (the kernel: engine/attempts.py)
     sweeper  (engine/sweeper.py)  wake due sleeps, re-drive lapsed leases
     verdicts (engine/verdicts.py) what a message means, decided without I/O
 

@@ -23,15 +23,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine import steps
+from engine import attempts
 from engine import transitions as tr
-from engine.errors import AlreadyTerminal, ConflictError, ExecutionNotFound, InvalidInput
+from engine.errors import AlreadyTerminal, ExecutionNotFound, InvalidInput
 from engine.limits import check_execution_id, check_item, meta_item_size
 from engine.outbox import dispatch, execution_log
 from engine.outcome import LinkResult, OutcomeStatus
+from engine.parking import commit_result, committed, finish_committed, park
 from engine.parts import Parts
-from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, StepRecord, Wait, WaitKind, canonical_json
-from engine.waits import commit_result, committed, finish_committed, park
+from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, Wait, WaitKind, canonical_json
 from engine.workflow import NAME_RE, SignalSpec, WorkflowSpec
 
 
@@ -98,7 +98,7 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
     if ex.wait.name != name or ex.status is not Status.WAITING:
         return False
     spec = parts.registry.get(ex.workflow)
-    st = steps.step_at(spec, ex.current_step)
+    st = attempts.step_at(spec, ex.current_step)
     if not isinstance(st, SignalSpec):
         return False
     found = parts.store.next_signal(ex.id, name)
@@ -152,15 +152,3 @@ def deliver(parts: Parts, ex: Execution, spec: WorkflowSpec, st: SignalSpec, sig
     return commit_result(
         parts, ex, spec, st, attempt, signal.payload, committed_here=consume, lost=lambda: log.info("signal.too_late")
     )
-
-
-def consume_committed(parts: Parts, ex: Execution, st: SignalSpec, record: StepRecord) -> None:
-    """Mark consumed the signal a committed wait names (idempotent), before anyone advances."""
-    won = record.attempts[-1] if record.attempts else None
-    key = (won.detail or {}).get("signal") if won is not None else None
-    if key is None or won is None:
-        return
-    try:
-        parts.store.consume_signal(ex.id, st.signal, key, f"{record.index}:{won.attempt}")
-    except ConflictError:
-        execution_log(ex).error("signal.consumed_twice", key=key)

@@ -11,7 +11,7 @@ from typing import Any
 class Status(StrEnum):
     RUNNING = "RUNNING"
     SLEEPING = "SLEEPING"
-    WAITING = "WAITING"  # parked on the outside world (callback, signal, child); see engine/waits.py
+    WAITING = "WAITING"  # parked on the outside world (callback, signal, child); see engine/parking.py
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
@@ -126,7 +126,7 @@ class Execution:
     # Earliest time the current attempt may run (retry backoff).
     ready_at: float | None = None
     error: dict[str, Any] | None = None
-    # The wait of the current step, while it lasts (engine/waits.py).
+    # The wait of the current step, while it lasts (engine/parking.py).
     wait: Wait | None = None
     # A child execution's parent: {"id", "step", "attempt"} (engine/children.py).
     parent: dict[str, Any] | None = None

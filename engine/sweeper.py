@@ -6,14 +6,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import children, steps, waits
+from engine import attempts, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, TransientError, UnknownWorkflow, WorkflowDefinitionError
 from engine.log import get_logger
 from engine.messages import MessageKind, StepMessage
-from engine.outbox import engine_log, execution_log, send
+from engine.outbox import engine_log, execution_log, notify_parent, send
 from engine.outcome import OutcomeStatus
 from engine.parts import Parts
 from engine.state import Execution, Status
@@ -278,7 +278,7 @@ def sweep_one(
         if ex.terminal:  # should not be indexed (a child's hold aside); clean it up
             # The notice its worker may have died before sending (or failed to send). Only a
             # sent one un-indexes it: a child wait has no deadline, nothing else wakes the parent.
-            if not children.notify_parent(parts, ex):
+            if not notify_parent(parts, ex):
                 raise TransientError(f"the end notice of {ex.id!r} to its parent was not sent")
             _unindex(parts, ex, now)
             return SweepAction.SKIPPED, None
@@ -305,7 +305,7 @@ def sweep_one(
         execution_log(ex).info("sweep.lost_race")
         return SweepAction.SKIPPED, None
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
-        steps.fail_execution(parts, ex, exc, st_name=None)
+        attempts.fail_execution(parts, ex, exc, st_name=None)
         return SweepAction.SKIPPED, None
     wake_at = ex.next_wake_at
     if action is SweepAction.POSTPONED:

@@ -1,4 +1,4 @@
-"""Waiting on the outside world: the runner's and the sweeper's side of every wait.
+"""Waiting on the outside world: the sweeper's side of every wait (its timeout).
 
 A wait is ONE step with ONE history record; its attempt is the step's attempt. The
 history record is its commit point, exactly as for a step: whoever commits attempt
@@ -10,49 +10,33 @@ failed) wins, and ``engine/history_rules.py`` refuses the others.
                                  │  timeout (sweeper): record a failed ──► retry (a+1) / FAILED
                                  └  a lost race: the loser finds the record and follows it
 
-Callbacks: engine/callbacks.py; signals: engine/signals.py; polls: engine/polls.py;
-children: engine/children.py.
+Parking and finishing: engine/parking.py; callbacks: engine/callbacks.py; signals:
+engine/signals.py; polls: engine/polls.py; children: engine/children.py; the runner starts
+each (engine/runner.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from engine import steps
+from engine import attempts, callbacks
 from engine import transitions as tr
-from engine.errors import CallbackTimeout, ConflictError, HeartbeatTimeout, ResultTooLarge, SignalTimeout, WaitTimeout
+from engine.errors import CallbackTimeout, HeartbeatTimeout, SignalTimeout, WaitTimeout
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
+from engine.parking import committed, finish_committed, park
 from engine.parts import Parts
-from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, WaitKind
-from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, StepSpec, WorkflowSpec
-
-
-def begin(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
-    """A message reached a wait step (RUNNING): start the wait, or finish one already decided."""
-    from engine import callbacks, children, signals  # each imports this module's helpers
-
-    if isinstance(st, CallbackSpec):
-        return callbacks.begin(parts, ex, spec, st)
-    if isinstance(st, SignalSpec):
-        return signals.begin(parts, ex, spec, st)
-    if isinstance(st, ChildSpec):
-        return children.begin(parts, ex, spec, st)
-    raise TypeError(f"{type(st).__name__} is not a wait")
+from engine.state import AttemptOutcome, Execution, WaitKind
+from engine.workflow import StepSpec
 
 
 def expire(parts: Parts, ex: Execution) -> LinkResult:
     """The sweeper found a WAITING execution due: roll a committed wait forward, else time it out."""
     spec = parts.registry.get(ex.workflow)
-    st = steps.step_at(spec, ex.current_step)
+    st = attempts.step_at(spec, ex.current_step)
     assert isinstance(st, StepSpec)
     record = parts.store.get_step(ex.id, ex.current_step, st.name)
     if committed(record, ex.attempt):
         assert record is not None
         return finish_committed(parts, ex, spec, st, record)
-    from engine import callbacks
-
     if needs_fence(ex):
         claimed = park(parts, ex, tr.timing_out_state(ex, parts.clock.now(), parts.config))
         if claimed is None:
@@ -61,7 +45,7 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
     error = timeout_error(ex, parts.clock.now())
     started = ex.attempt_started_at if ex.attempt_started_at is not None else ex.updated_at
     execution_log(ex).info("wait.timed_out", kind=ex.wait.kind.value if ex.wait else None, error=type(error).__name__)
-    return steps.fail_attempt(
+    return attempts.fail_attempt(
         parts,
         ex,
         spec,
@@ -97,95 +81,3 @@ def timeout_error(ex: Execution, now: float) -> WaitTimeout:
     if w.kind is WaitKind.SIGNAL:
         return SignalTimeout(f"no signal {w.name!r} arrived before the timeout")
     return WaitTimeout(f"the {w.kind.value} wait timed out")
-
-
-def committed(record: StepRecord | None, attempt: int) -> bool:
-    return record is not None and record.status is StepStatus.COMPLETED
-
-
-def commit_result(
-    parts: Parts,
-    ex: Execution,
-    spec: WorkflowSpec,
-    st: StepSpec,
-    attempt: Attempt,
-    value: Any,
-    *,
-    committed_here: Callable[[], None],
-    lost: Callable[[], None] | None = None,
-) -> LinkResult:
-    """Commit ``value`` (a signal's payload, a child's output) as the wait's result, then move on.
-
-    First commit wins: a commit that lost to another commit rolls that one forward; one that
-    lost to a recorded failure (the timeout) is STALE, after ``lost``. A result too large
-    fails the attempt. ``committed_here`` runs after this commit, before the advance.
-    """
-    try:
-        result = steps.check_result(ex, value)
-        parts.store.commit_step(ex.id, ex.current_step, st.name, attempt, result)
-    except ResultTooLarge as exc:
-        return steps.fail_attempt(
-            parts, ex, spec, st, exc, started_at=attempt.started_at, outcome=AttemptOutcome.FAILED
-        )
-    except ConflictError:
-        record = parts.store.get_step(ex.id, ex.current_step, st.name)
-        if record is None or not committed(record, ex.attempt):
-            if lost is not None:
-                lost()
-            return LinkResult(OutcomeStatus.STALE)
-        return finish_committed(parts, ex, spec, st, record)
-    committed_here()
-    return finish(parts, ex, spec, st, result)
-
-
-def finish_committed(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, record: StepRecord) -> LinkResult:
-    """Roll a committed wait forward: consume what it committed (a signal) first, then advance."""
-    if isinstance(st, SignalSpec):
-        from engine import signals
-
-        signals.consume_committed(parts, ex, st, record)
-    return finish(parts, ex, spec, st, record.result)
-
-
-def finish(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, result: dict[str, Any] | None) -> LinkResult:
-    """The wait's step is committed (and what it committed consumed): move on.
-
-    Retries on a lost write while the execution is still at this step and attempt (a
-    runner may be writing WAITING while a completion advances), and stops as soon as
-    someone else has moved it.
-    """
-    index, attempt = ex.current_step, ex.attempt
-    for _ in range(steps.CONFLICT_RETRIES):
-        new, effects = tr.after_step(ex, spec, result, parts.clock.now(), parts.config)
-        try:
-            parts.store.put_execution(new, expected_version=ex.version, expected_step=index)
-        except ConflictError:
-            fresh = parts.store.get_execution(ex.id)
-            if fresh is None or fresh.terminal or fresh.current_step != index or fresh.attempt != attempt:
-                execution_log(ex).info("wait.advance_lost")
-                return LinkResult(OutcomeStatus.STALE)
-            ex = fresh
-            continue
-        execution_log(new).info("wait.completed", step_name=st.name, status=new.status.value)
-        if new.terminal and new.parent is not None:
-            from engine import children
-
-            children.notify_parent(parts, new)
-        return LinkResult(OutcomeStatus.COMPLETED_STEP, 0, effects)
-    raise ConflictError(f"execution {ex.id!r} kept changing while finishing a wait")
-
-
-def park(parts: Parts, ex: Execution, new: Execution) -> Execution | None:
-    """Write ``new`` (WAITING) over ``ex``; None if someone moved the execution first."""
-    try:
-        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
-    except ConflictError:
-        execution_log(ex).info("wait.park_lost")
-        return None
-    execution_log(new).info(
-        "wait.written",
-        status=new.status.value,
-        kind=new.wait.kind.value if new.wait else None,
-        wake_at=new.next_wake_at,
-    )
-    return new

@@ -2,7 +2,7 @@
 
 A record written before the bounds existed (engine/limits.py) may have no room left for a
 full error (message and traceback): DynamoDB refuses that update as too large. The failure
-is then recorded briefly, as a forward step's is (``steps.record_failure``), the attempt
+is then recorded briefly, as a forward step's is (``attempts.record_failure``), the attempt
 still counts, and the execution goes on as its policy says.
 
 The store refuses here at the port (the wrapped adapter raises ``PayloadTooLarge`` for a
@@ -11,7 +11,7 @@ moto cannot hold such a record, as it counts an attribute's old and new value to
 when an update replaces it, so an update of an ``attempts`` list over ~200 KB always fails.
 
 A failure recorded whose state write (the retry, or the end) was then lost is followed from
-its record on the redelivery (``steps.follow_failure``): the body does not run again.
+its record on the redelivery (``attempts.follow_failure``): the body does not run again.
 """
 
 from __future__ import annotations

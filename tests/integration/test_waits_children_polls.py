@@ -141,23 +141,23 @@ def test_a_short_poll_rides_sqs_delays_and_times_out_through_the_policy() -> Non
 def test_a_cancel_cut_short_before_its_child_is_finished_by_cancelling_again(t: WorkflowTest, runs: Runs) -> None:
     """The cancel's worker dies between the parent's write and the child's: the child keeps
     running until the cancel is repeated (409 for the parent, and the cascade completes)."""
-    from engine import children
+    from engine import lifecycle
     from engine.errors import AlreadyTerminal
 
     t.start("patient_family", {}, execution_id="p7")
     t.run("p7")
     kid = child_id("p7", 0, 1)
-    real = children.cancel_children
+    real = lifecycle.cancel_children
 
     def die(parts, ex):
         raise WorkerDied("between the parent's cancel and the child's")
 
-    children.cancel_children = die  # type: ignore[assignment]
+    lifecycle.cancel_children = die  # type: ignore[assignment]
     try:
         with pytest.raises(WorkerDied):
             t.engine.cancel("p7")
     finally:
-        children.cancel_children = real  # type: ignore[assignment]
+        lifecycle.cancel_children = real  # type: ignore[assignment]
     assert t.status("p7") == "CANCELLED" and t.status(kid) == "WAITING"
     with pytest.raises(AlreadyTerminal):
         t.engine.cancel("p7")
