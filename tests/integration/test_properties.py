@@ -772,6 +772,7 @@ def _explore(examples: int, *, derandomize: bool) -> None:
     )
 
 
+@pytest.mark.timeout(300)  # a minute on a quiet machine: above the integration tier's 120 s
 def test_engine_invariants_hold_under_random_interleavings():
     """The default tier: the same 8 interleavings every run (a red run is a real finding, never
     a new draw), each up to 40 rules long."""
@@ -779,6 +780,7 @@ def test_engine_invariants_hold_under_random_interleavings():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_engine_invariants_hold_under_a_long_random_exploration():
     """The slow tier (``./scripts/test --slow``): 60 fresh random interleavings."""
     _explore(60, derandomize=False)
