@@ -39,7 +39,7 @@ from chaos import faults
 from chaos.fanout_join import check_items
 from chaos.invariants import Expect, check_waits
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import SKIP, Result, Scenario, main_for, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, KILL, Target
 from engine.messages import MessageKind, StepMessage
 from engine.state import StepStatus
@@ -248,6 +248,9 @@ AIMED = {("shipped", MAP), ("shipped's child", 0), ("caught", CHARGE), ("undone"
 
 
 def run(t: Target, r: Result) -> None:
+    if not t.api_url:  # the callbacks are completed from outside, as a provider would: through the API
+        r.status, r.reason = SKIP, "no control plane the kit can sign for (the callbacks are completed through it)"
+        return
     ids = {role: new_id(NAME, i) for i, role in enumerate(KNOBS)}
     everyone = [*ids.values(), *(child_of(e) for e in ids.values())]
     with Watcher(t, interval=0.1) as w, t.standard_delivery(0.2) as delivery:
