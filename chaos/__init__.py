@@ -19,4 +19,5 @@ SCENARIOS = (
     "child_crash",
     "saga_compensation",
     "fanout_join",
+    "composite_saga",
 )

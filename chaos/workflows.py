@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import socket
 import time
+from datetime import timedelta
 from typing import Any
 
 from engine import NonRetryableError, RetryPolicy, StepContext, sleep, step, workflow
 from engine.fanout_spec import map
+from engine.workflow import child, wait_for_callback
 
 
 class DownstreamBroken(Exception):
@@ -188,3 +190,86 @@ class Fanout:
 
     steps = [map(items=_lines, run=price_line, name="prices", max_concurrency=3), step(_total, name="total")]
     retry = RetryPolicy(max_attempts=3, base=0.5, max_delay=1, jitter="none")
+
+
+# ---------------------------------------------------------------- the composite: every primitive at once
+
+
+def screen_order(ctx: StepContext) -> dict[str, Any]:
+    """The child's one step: lands its effect, returns no ``_key`` (the parent commits this output)."""
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    _land(ctx, "screen", order=ctx.data.get("order_id"))
+    return {"screened": True}
+
+
+@workflow("chaos_composite_screen")
+class CompositeScreen:
+    """The composite's child: a fraud screen in an execution of its own."""
+
+    steps = [screen_order]
+    retry = RetryPolicy(max_attempts=3, base=0.5, max_delay=1, jitter="none")
+
+
+def _screen_input(ctx: StepContext) -> dict[str, Any]:
+    knobs = ctx.data.get("child_chaos")  # the kit aims the crash hook at the child through the parent
+    return {"order_id": ctx.execution_id, **({"chaos": knobs} if isinstance(knobs, dict) else {})}
+
+
+def hand_over_token(ctx: StepContext, token: str) -> None:
+    """The provider's inbox is the ledger (one request per attempt, as ``payment_webhook``'s):
+    the kit reads the token there and completes it through the control plane."""
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.apply(
+            f"{ctx.execution_id}:{ctx.step_index}.{ctx.attempt}", {"kind": "payment_request", "callback_token": token}
+        )
+
+
+def ship_parcel(ctx: StepContext) -> dict[str, Any]:
+    """Refuses for good when the input says ``ship: refuse``: its catch takes over."""
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    if ctx.data.get("ship") == "refuse":
+        raise NonRetryableError("the courier refuses the parcel (chaos composite)")
+    return _land(ctx, "ship", index=ctx.step_index)
+
+
+def ship_by_fallback(ctx: StepContext, error: dict[str, Any]) -> dict[str, Any]:
+    """The catch: another courier, unless the input says ``fallback: refuse`` (then the saga unwinds).
+
+    Its effect lands under ``<id>:<step>:catch``; its result names no ``_key`` (the
+    forward step's key is the only one a step's record may name)."""
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    if ctx.data.get("fallback") == "refuse":
+        raise NonRetryableError("no fallback courier either (chaos composite)")
+    if ledger is not None:
+        ledger.apply(ctx.idempotency_key, {"kind": "fallback_ship", "caught": error.get("type")})
+    return {"shipped_by": "fallback"}
+
+
+@workflow("chaos_composite")
+class Composite:
+    """map (items undone one by one) -> child -> callback -> charge (undone) -> ship (caught) -> confirm.
+
+    ``ship: refuse`` sends ship to its catch; ``fallback: refuse`` fails the catch too, so the
+    saga undoes charge, then each priced line from the last to the first."""
+
+    steps = [
+        map(
+            items=_lines,
+            run=step(price_line, name="price_line", compensate=_undo("line"), compensate_retry=UNDO_RETRY),
+            name="prices",
+            max_concurrency=3,
+        ),
+        child("chaos_composite_screen", input=_screen_input, name="screen"),
+        wait_for_callback("payment", submit=hand_over_token, timeout=timedelta(hours=1)),
+        step(_plain("charge"), compensate=_undo("charge"), compensate_retry=UNDO_RETRY),
+        step(ship_parcel, name="ship", catch=ship_by_fallback),
+        _plain("confirm"),
+    ]
+    retry = RetryPolicy(max_attempts=2, base=0.5, max_delay=1, jitter="none")

@@ -18,7 +18,15 @@ from chaos.scenario import PASS, Result
 
 # Balanced by their durations on the 2-core machine (the slowest first in each).
 GROUPS: tuple[tuple[str, ...], ...] = (
-    ("visibility_timeout", "poison_step", "throttling", "callback_race", "signal_race", "lost_timer"),
+    (
+        "visibility_timeout",
+        "composite_saga",
+        "poison_step",
+        "throttling",
+        "callback_race",
+        "signal_race",
+        "lost_timer",
+    ),
     (
         "crash_after_checkpoint",
         "concurrent_sweep",
@@ -130,6 +138,22 @@ def _fanout_join(r: Result) -> None:
         assert items["ok"] == 6 and len(items["versions_at_step_1"]) >= 1, items
 
 
+def _composite_saga(r: Result) -> None:
+    roles = r.evidence["roles"]
+    assert r.evidence["killed"] and r.evidence["copies"] >= 9
+    assert r.evidence["refund"]["runs"] >= 2 and r.evidence["refund"]["effect"] is not None
+    lines = [f"prices[{i}]#compensate" for i in range(5, -1, -1)]
+    assert r.evidence["undo_order"] == ["charge#compensate", *lines], "charge, then the lines last to first"
+    assert all(items["ok"] == 6 for items in r.evidence["items"].values()), r.evidence["items"]
+    assert set(r.evidence["callbacks"]) == set(roles.values())
+    for answers in r.evidence["callbacks"].values():  # two identical completions: one wins, one is a repeat
+        assert sorted(map(tuple, answers)) in ([(200, False), (200, True)], [(200, False), (409, False)]), answers
+    assert r.evidence["tokens_in_log"] == 0  # the kit's stack has a log, and no token is in it
+    aimed = {("shipped", 0), ("shipped's child", 0), ("caught", 3), ("undone", 0)}
+    assert aimed <= {tuple(c) for c in r.evidence["crashes"]}, r.evidence["crashes"]
+    assert not any(r.evidence["queue"].values())
+
+
 CHECKS: dict[str, Callable[[Result], None]] = {
     "duplicate_delivery": _duplicate_delivery,
     "crash_mid_step": _crash_mid_step,
@@ -144,4 +168,5 @@ CHECKS: dict[str, Callable[[Result], None]] = {
     "child_crash": _child_crash,
     "saga_compensation": _saga_compensation,
     "fanout_join": _fanout_join,
+    "composite_saga": _composite_saga,
 }

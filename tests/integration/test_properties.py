@@ -2,7 +2,10 @@
 lost write answers, sweeps and clock jumps against the engine on moto's DynamoDB; and, for the
 waits, callback completions (same and other bodies), failures and heartbeats, signals, timeouts
 and child ends, in every interleaving with the rest; and sagas whose failure (or a cancel with
-compensate) undoes the committed steps: reverse order, committed steps only, once per commit.
+compensate) undoes the committed steps: reverse order, committed steps only, once per commit;
+and the composites, where these meet: a map whose items are undone, a child, a callback, an
+undoable step and a caught one (``composite_undone``: the catch fails too, so the saga unwinds
+past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them.
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
@@ -34,6 +37,7 @@ from engine import (
     Engine,
     EngineConfig,
     FakeClock,
+    NonRetryableError,
     Registry,
     RetryPolicy,
     Status,
@@ -94,6 +98,8 @@ class Model:
         self.caught: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         # Fan-out items' results, as returned: (execution id, item index) -> results.
         self.items: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        # Fan-out items' undos, as run: (execution id, step index, item index, the item result it saw).
+        self.item_undo_runs: list[tuple[str, int, int, dict[str, Any]]] = []
 
 
 def submit(ctx: Any, token: str) -> None:
@@ -116,13 +122,17 @@ def make_undo(name: str) -> Any:
     return undo
 
 
-def make_catch(name: str) -> Any:
+def make_catch(name: str, *, refuse: bool = False) -> Any:
+    """A catch handler; with ``refuse`` it fails for good, so the saga is undone past it."""
+
     def handler(ctx: Any, error: dict[str, Any]) -> dict[str, Any]:
         model: Model = ctx.services["model"]
         assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:catch" and error.get("type")
         if model.die_in_step:
             model.die_in_step = False
             raise Crash("in_step")
+        if refuse:
+            raise NonRetryableError(f"the catch of {name} refuses too")
         result = {f"caught_{name}": f"c#{next(model.tokens)}"}
         model.caught[(ctx.execution_id, ctx.step_index)].append(result)
         return result
@@ -151,13 +161,19 @@ def make_step(
     *,
     undo: bool = False,
     catch: bool = False,
+    refuse: bool = False,
 ) -> Any:
+    """A step failing its first ``fails[name]`` attempts; with ``refuse`` every attempt fails
+    for good and its catch (if any) refuses too."""
+
     def fn(ctx: Any) -> dict[str, Any]:
         model: Model = ctx.services["model"]
         model.runs[(ctx.execution_id, ctx.step_index, ctx.attempt)] += 1
         if semantics == "at_most_once":
             model.at_most_once.add((ctx.execution_id, ctx.step_index))
         _while_running(model, ctx)
+        if refuse:
+            raise NonRetryableError(f"{name} refuses")
         if ctx.attempt <= int(ctx.data.get("fails", {}).get(name, 0)):
             raise Flaky(f"{name} fails attempt {ctx.attempt}")
         result = {name: f"{name}#{next(model.tokens)}"}
@@ -170,7 +186,7 @@ def make_step(
         semantics=semantics,
         retry=retry,
         compensate=make_undo(name) if undo else None,
-        catch=make_catch(name) if catch else None,
+        catch=make_catch(name, refuse=refuse) if catch else None,
     )
 
 
@@ -182,11 +198,41 @@ def fan_item(ctx: Any) -> dict[str, Any]:
     model: Model = ctx.services["model"]
     assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:{ctx.item_index}"
     _while_running(model, ctx)
-    if ctx.item_index == 1 and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0)):
+    # In the composites "f" is the caught step's knob: their items never fail.
+    if ctx.workflow == "fan" and ctx.item_index == 1 and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0)):
         raise Flaky(f"item 1 fails attempt {ctx.attempt}")
     result = {"i": ctx.item, "r": f"i#{next(model.tokens)}"}
     model.items[(ctx.execution_id, ctx.item_index)].append(result)
     return result
+
+
+def fan_undo(ctx: Any) -> dict[str, Any]:
+    """An item's undo in the composites: sees that item's committed result, under its own key."""
+    model: Model = ctx.services["model"]
+    assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:{ctx.item_index}:compensate"
+    model.item_undo_runs.append((ctx.execution_id, ctx.step_index, ctx.item_index, dict(ctx.result or {})))
+    if model.die_in_step:
+        model.die_in_step = False
+        raise Crash("in_step")
+    return {"undone": ctx.item_index}
+
+
+def composite(*, refuse: bool) -> list[Any]:
+    """map (items undone) -> child -> callback -> n (undone) -> f (caught) -> h: every primitive at once.
+
+    ``refuse``: f and its catch both fail for good, so n and then each committed item are undone;
+    otherwise f fails ``fails["f"]`` attempts (3: for good, its catch goes on)."""
+    items = fan_map(
+        items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, compensate=fan_undo, name="lines", max_concurrency=2
+    )
+    return [
+        items,
+        child("kid"),
+        wait_for_callback("cb", submit=submit, timeout=600, heartbeat_timeout=200),
+        make_step("n", undo=True),
+        make_step("f", catch=True, refuse=refuse),
+        make_step("h"),
+    ]
 
 
 def registry() -> Registry:
@@ -213,6 +259,8 @@ def registry() -> Registry:
     add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
     items = fan_map(items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2)
     add_workflow(reg, "fan", [make_step("a"), items, make_step("z")], retry=quick)
+    add_workflow(reg, "composite", composite(refuse=False), retry=quick)
+    add_workflow(reg, "composite_undone", composite(refuse=True), retry=quick)
     return reg
 
 
@@ -595,6 +643,10 @@ class EngineMachine(RuleBasedStateMachine):
         finally:
             self.mock.__exit__(None, None, None)
 
+    def kid(self, execution_id: str, index: int, attempt: int) -> Any:
+        """The child a parent's step ``index`` started in ``attempt`` (its id is derived), or None."""
+        return self.store.inner.get_execution(f"{execution_id}--{index}-{attempt}")
+
     def _drive_to_quiescence(self) -> None:
         self.faults.disarm()
         self.store.crash_after_commit = 0
@@ -610,7 +662,7 @@ class EngineMachine(RuleBasedStateMachine):
             # Nothing to deliver: let time pass to the next delayed message or wake time.
             times = [m.visible_at for m in self.queue.messages]
             # Children run (and hold their end in the due index) under ids their parents derive.
-            kids = [self.store.inner.get_execution(f"{i}--0-{a}") for i in self.ids for a in (1, 2, 3)]
+            kids = [self.kid(i, s, a) for i in self.ids for s in (0, 1) for a in (1, 2, 3)]
             times += [ex.next_wake_at for ex in [*executions, *kids] if ex is not None and ex.next_wake_at is not None]
             self.clock.set(max(self.clock.now(), min(times)))
             self.engine.sweep()
@@ -674,35 +726,80 @@ class EngineMachine(RuleBasedStateMachine):
             self._check_signals(execution_id, ex)
 
     def _check_compensations(self, execution_id: str, ex: Any, spec: Any) -> None:
-        """Reverse order, committed steps only, each commit undone once (and all of them, if COMPENSATED)."""
+        """Reverse order, committed steps (and fan-out items) only, each commit undone once (and
+        all of them, if COMPENSATED)."""
         history = self.store.inner.history(execution_id)
         forward = {r.index: r for r in history if not r.name.endswith("#compensate")}
         undo = [r for r in history if r.name.endswith("#compensate")]
         committed = {i for i, r in forward.items() if r.status is StepStatus.COMPLETED}
-        for r in undo:
+        steps_undone = [r for r in undo if "[" not in r.name]  # a fan-out's items: <name>[<idx>]#compensate
+        for r in steps_undone:
             assert r.index in committed, f"{execution_id}: step {r.index} undone but never committed"
+        for r in undo:
             assert sum(a.outcome == "completed" for a in r.attempts) <= 1
         for run_id, index, seen in self.model.undo_runs:
             if run_id == execution_id:
                 assert index in committed and seen == forward[index].result, "an undo saw another result"
-        done = sorted((r.finished_at or 0.0, r.index) for r in undo if r.status is StepStatus.COMPLETED)
+        done = sorted((r.finished_at or 0.0, r.index) for r in steps_undone if r.status is StepStatus.COMPLETED)
         order = [i for _, i in done]
         assert order == sorted(order, reverse=True), f"{execution_id}: undone out of reverse order: {order}"
+        items_done = [r for r in undo if "[" in r.name and r.status is StepStatus.COMPLETED]
+        for r in items_done:  # the fake clock may give an item's undo the time of the step undone before it
+            at = r.finished_at or 0.0
+            below = [s.index for s in steps_undone if s.index < r.index and (s.finished_at or 0.0) < at]
+            above = [s.index for s in steps_undone if s.index > r.index and (s.finished_at or 0.0) > at]
+            assert not below and not above, f"{execution_id}: {r.name} undone out of reverse order"
+        items_undone = self._check_item_undos(ex, [r.name for r in items_done])
         if ex.status is Status.COMPENSATED:
-            owed = {i for i in committed if getattr(spec.steps[i], "compensate", None) is not None}
-            assert set(order) == owed, f"{execution_id}: COMPENSATED but undid {order} of {sorted(owed)}"
+            owed = {
+                i
+                for i in committed
+                if getattr(spec.steps[i], "compensate", None) is not None and not isinstance(spec.steps[i], FanoutSpec)
+            }
+            undone = {i for _, i in done}
+            assert undone == owed, f"{execution_id}: COMPENSATED but undid {sorted(undone)} of {sorted(owed)}"
+            for index, s in enumerate(spec.steps):
+                if isinstance(s, FanoutSpec) and s.compensate is not None:
+                    _, items = self._check_fan_counts(ex, index)
+                    owed_items = {r.index for r in items if r.status is StepStatus.COMPLETED}
+                    assert items_undone.get(index, set()) == owed_items, f"{execution_id}: items {owed_items} owed"
         if undo:
             event(f"saga ended {ex.status.value}")
             assert ex.status in UNDONE, f"{execution_id}: compensations ran but it ended {ex.status}"
+
+    def _check_item_undos(self, ex: Any, names: list[str]) -> dict[int, set[int]]:
+        """Fan-out items undone (the names in the order they committed): highest index first,
+        only committed items, each with the result that item committed."""
+        undone: dict[int, list[int]] = defaultdict(list)
+        for name in names:
+            fan, idx = name.removesuffix("]#compensate").split("[")
+            index = next(i for i, s in enumerate(REGISTRY.get(ex.workflow).steps) if s.name == fan)
+            undone[index].append(int(idx))
+        for index, idxs in undone.items():
+            assert len(idxs) == len(set(idxs)), f"{ex.id}: an item undone twice: {idxs}"
+            # The order they ran in (the fake clock may stamp them all at one instant): highest first.
+            ran = list(dict.fromkeys(i for e, s, i, _ in self.model.item_undo_runs if e == ex.id and s == index))
+            assert ran == sorted(ran, reverse=True) and set(ran) >= set(idxs), f"{ex.id}: items undone in order {ran}"
+            _, items = self._check_fan_counts(ex, index)
+            by_idx = {r.index: r for r in items}
+            for i in idxs:
+                assert by_idx[i].status is StepStatus.COMPLETED, f"{ex.id}: item {i} undone but never committed"
+            event("fan-out items undone")
+        for run_id, index, idx, seen in self.model.item_undo_runs:
+            if run_id == ex.id:
+                _, items = self._check_fan_counts(ex, index)
+                assert seen == {r.index: r for r in items}[idx].result, "an item's undo saw another result"
+        return {index: set(idxs) for index, idxs in undone.items()}
 
     def _check_fan(self, ex: Any, record: Any) -> None:
         """The join happened once, with every item counted once and the results in item order."""
         join, items = self._check_fan_counts(ex, record.index)
         assert join.decided == "SUCCEEDED" and join.ok == join.n
         results = [r.result for r in items]
-        assert record.result == {"fan": results}, "the join committed other results than the items'"
+        name = REGISTRY.get(ex.workflow).steps[record.index].name
+        assert record.result == {name: results}, "the join committed other results than the items'"
         if ex.current_step > record.index:
-            assert ex.context["fan"] == results
+            assert ex.context[name] == results
         event("fan-out joined")
 
     def _check_fan_counts(self, ex: Any, index: int) -> tuple[Any, list[Any]]:
@@ -758,9 +855,50 @@ class EngineMachine(RuleBasedStateMachine):
             assert consumed == sorted(named), f"consumed {consumed}, committed {named}"
 
 
-def _explore(examples: int, *, derandomize: bool) -> None:
+class CompositeMachine(EngineMachine):
+    """The same rules, starting from the composites (map + child + callback + catch + undo), so
+    that the default tier's few interleavings reach that combination every run."""
+
+    @initialize(
+        workflows=st.lists(st.sampled_from(["composite", "composite_undone"]), min_size=2, max_size=3),
+        fails=st.lists(st.sampled_from([0, 1, 3]), min_size=3, max_size=3),
+    )
+    def start_some(self, workflows: list[str], fails: list[int]) -> None:
+        for workflow, n in zip(workflows, fails, strict=False):
+            self.start(workflow, n)
+
+    @precondition(lambda self: self.model.issued)
+    @rule(newest=st.integers(1, 3))
+    def provider_answers(self, newest: int) -> None:
+        """The provider answers the newest tokens (the live ones, mostly), so that executions
+        get past their callback to the caught step as often as their callbacks time out."""
+        for k in range(min(newest, len(self.model.issued))):
+            self.complete_callback(len(self.model.issued) - 1 - k, "same")
+
+    def _drive_to_quiescence(self) -> None:
+        """Before time runs out on them, the provider answers the executions WAITING on their
+        callback: the drive then takes them past it, to the caught step and its saga."""
+        self.faults.disarm()
+        self.store.crash_after_commit = 0
+        self.model.die_in_step = False
+        for _ in range(300):
+            visible = self.queue.visible()
+            if visible:
+                self._deliver(visible[:1], chain=False)
+                continue
+            executions = [self.store.inner.get_execution(i) for i in self.ids]
+            waiting = [ex for ex in executions if ex.status is Status.WAITING and ex.wait.kind.value == "callback"]
+            answered = sum(len(w) for w in self.model.won.values())
+            if waiting:
+                self.provider_answers(6)
+            if not waiting or sum(len(w) for w in self.model.won.values()) == answered:
+                break
+        super()._drive_to_quiescence()
+
+
+def _explore(examples: int, *, derandomize: bool, machine: type[EngineMachine] = EngineMachine) -> None:
     run_state_machine_as_test(
-        EngineMachine,
+        machine,
         settings=settings(
             max_examples=examples,
             stateful_step_count=40,
@@ -777,6 +915,11 @@ def test_engine_invariants_hold_under_random_interleavings():
     """The default tier: the same 8 interleavings every run (a red run is a real finding, never
     a new draw), each up to 40 rules long."""
     _explore(8, derandomize=True)
+
+
+def test_the_composites_hold_under_random_interleavings():
+    """The default tier for the composites: 4 fixed interleavings, each up to 40 rules long."""
+    _explore(4, derandomize=True, machine=CompositeMachine)
 
 
 @pytest.mark.slow
