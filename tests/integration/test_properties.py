@@ -917,6 +917,7 @@ def test_engine_invariants_hold_under_random_interleavings():
     _explore(8, derandomize=True)
 
 
+@pytest.mark.timeout(300)  # like the machine's own default run: above the integration tier's 120 s
 def test_the_composites_hold_under_random_interleavings():
     """The default tier for the composites: 4 fixed interleavings, each up to 40 rules long."""
     _explore(4, derandomize=True, machine=CompositeMachine)
