@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -72,8 +73,6 @@ def readable(record: dict[str, Any], now: float) -> str:
 
 
 def _epoch(text: Any) -> float | None:
-    from datetime import datetime
-
     if not isinstance(text, str):
         return None
     try:

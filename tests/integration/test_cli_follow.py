@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,8 +114,11 @@ def test_watch_exit_code_is_the_end_status(stack: dict[str, Any], capsys: pytest
 # ----------------------------------------------------------------------- loom logs
 
 
+LINE_TIME = "2026-12-01T22:52:00.5Z"
+
+
 def line(execution_id: str | None, event: str, **data: Any) -> str:
-    record = {"event": event, "level": "info", "timestamp": "2026-12-01T22:52:00.5Z", **data}
+    record = {"event": event, "level": "info", "timestamp": LINE_TIME, **data}
     if execution_id is not None:
         record["execution_id"] = execution_id
     return json.dumps(record, sort_keys=True) + "\n"
@@ -138,7 +142,11 @@ def test_logs_show_only_that_executions_lines(tmp_path: Path, monkeypatch: pytes
         + line("e1", "step.completed", step=0, attempt=1, duration_ms=3.5)
     )
     out = io.StringIO()
-    assert logs.run(logs_args("e1"), out=out) == 0
+    # Read on the lines' own day: the stamp is a bare time then, whatever today's date is.
+    same_day = follow.Pace(
+        now=lambda: datetime.fromisoformat(LINE_TIME).timestamp(), monotonic=lambda: 0.0, sleep=lambda _s: None
+    )
+    assert logs.run(logs_args("e1"), pace=same_day, out=out) == 0
     shown = out.getvalue().splitlines()
     assert len(shown) == 3
     assert shown[0].split()[1:3] == ["info", "step.started"] and "step_name=reserve" in shown[0]
