@@ -213,9 +213,11 @@ def parse_cron(expression: str) -> Cron:
         raise InvalidSchedule(f"{expression!r} is not cron(fields)")
     parts = text[5:-1].split()
     if len(parts) != len(_CRON_FIELDS):
-        raise InvalidSchedule(f"{expression!r}: cron takes 6 fields (minutes hours day-of-month month day-of-week year)")
-    for part, field in zip(parts, _CRON_FIELDS, strict=True):
-        if part == "?" and not field.question:
+        raise InvalidSchedule(
+            f"{expression!r}: cron takes 6 fields (minutes hours day-of-month month day-of-week year)"
+        )
+    for part, cron_field in zip(parts, _CRON_FIELDS, strict=True):
+        if part == "?" and not cron_field.question:
             raise InvalidSchedule(f"{expression!r}: ? is allowed only in day-of-month or day-of-week")
     if (parts[2] == "?") == (parts[4] == "?"):
         raise InvalidSchedule(f"{expression!r}: exactly one of day-of-month and day-of-week must be ?")

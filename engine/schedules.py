@@ -77,7 +77,9 @@ def carry_out(
         return decided
     if verdict is ScheduleVerdict.CREATE:
         assert spec is not None and spec.schedule is not None
-        store.put_schedule(ScheduleCursor(name, spec.schedule, decided.next_fire, updated_at=now), expected_version=None)
+        store.put_schedule(
+            ScheduleCursor(name, spec.schedule, decided.next_fire, updated_at=now), expected_version=None
+        )
         engine_log().info("schedule.created", workflow=name, expression=spec.schedule, next_fire=decided.next_fire)
         return decided
     assert cursor is not None

@@ -388,7 +388,9 @@ class WorkflowSpec:
             "name": self.name,
             "retry": describe_retry(self.retry),
             "step_timeout": self.step_timeout,
-            "schedule": None if self.schedule is None else {"expression": self.schedule, "catch_up": self.catch_up.value},
+            "schedule": None
+            if self.schedule is None
+            else {"expression": self.schedule, "catch_up": self.catch_up.value},
             "steps": [_describe_step(self, i, s) for i, s in enumerate(self.steps)],
         }
 

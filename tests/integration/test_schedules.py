@@ -16,6 +16,7 @@ from engine import Registry
 from engine.schedule_plan import scheduled_id
 from engine.state import ScheduleCursor
 from engine.workflow import workflow
+from loom.testing import WorkflowTest
 from tests.integration.engine_support import Crash
 
 pytestmark = pytest.mark.integration
@@ -95,14 +96,18 @@ def test_a_tick_at_the_fire_time_starts_one_execution_and_the_next_tick_none(eng
     clock.set(at("2026-12-02T01:00:40"))
     report = first.sweep()
     assert report.fired == 2  # hourly and hourly_skip, each once
-    assert fired(first, "hourly") == ["hourly-20261202T0100Z"]
+    assert fired(first, "hourly") == [scheduled_id("hourly", at("2026-12-02T01:00:00"))] == ["hourly-20261202T0100Z"]
     ex = first.get("hourly-20261202T0100Z")
     assert ex.input == {"scheduled_at": "2026-12-02T01:00:00Z"}
     clock.advance(20)
     assert second.sweep().fired == 0
     assert fired(first, "hourly") == ["hourly-20261202T0100Z"]
     stored = cursor_of(first, "hourly")
-    assert (stored.next_fire, stored.pending, stored.last_fired) == (at("2026-12-02T02:00:00"), None, at("2026-12-02T01:00:00"))
+    assert (stored.next_fire, stored.pending, stored.last_fired) == (
+        at("2026-12-02T02:00:00"),
+        None,
+        at("2026-12-02T01:00:00"),
+    )
 
 
 @pytest.mark.parametrize("inside", ["schedules", "put_schedule"])
@@ -216,3 +221,14 @@ def test_overlapping_ticks_on_either_side_of_a_fire_time_after_an_outage_run_onc
     first.sweep()
     assert fired(first, "hourly") == ["hourly-20261202T0400Z"]
     assert cursor_of(first, "hourly").next_fire == at("2026-12-02T05:00:00")
+
+
+def test_loom_testing_on_moto_fires_when_the_virtual_clock_moves() -> None:
+    reg = Registry()
+    workflow("nightly_report", registry=reg, schedule="cron(0 2 * * ? *)")(
+        type("N", (), {"steps": [lambda ctx: {"for": ctx.data["scheduled_at"]}]})
+    )
+    with WorkflowTest(reg, start=at("2026-12-01T23:30:00"), backend="moto") as test:
+        assert test.advance(2.5 * HOUR).fired == 1
+        ex = test.run("nightly_report-20261202T0200Z")
+        assert ex is not None and ex.context["for"] == "2026-12-02T02:00:00Z"

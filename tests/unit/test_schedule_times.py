@@ -92,7 +92,7 @@ def test_fire_times_are_counted_between_two_of_them() -> None:
 
 
 def test_the_decorator_refuses_what_eventbridge_refuses_with_the_workflows_name() -> None:
-    with pytest.raises(WorkflowDefinitionError, match="'nightly'.*takes the unit 'minutes'"):
+    with pytest.raises(WorkflowDefinitionError, match=r"'nightly'.*takes the unit 'minutes'"):
         workflow("nightly", registry=Registry(), schedule="rate(5 minute)")
     with pytest.raises(WorkflowDefinitionError, match="exactly one of day-of-month and day-of-week"):
         workflow("nightly", registry=Registry(), schedule="cron(0 2 * * * *)")
@@ -127,7 +127,10 @@ def test_a_fire_time_found_within_the_grace_fires_it_and_moves_past_now() -> Non
 
 @pytest.mark.parametrize(
     ("catch_up", "verdict", "fire_at", "missed"),
-    [(CatchUp.RUN_ONCE, ScheduleVerdict.FIRE, "2026-12-02 Wed 05:00", 2), (CatchUp.SKIP, ScheduleVerdict.SKIP, None, 3)],
+    [
+        (CatchUp.RUN_ONCE, ScheduleVerdict.FIRE, "2026-12-02 Wed 05:00", 2),
+        (CatchUp.SKIP, ScheduleVerdict.SKIP, None, 3),
+    ],
 )
 def test_an_outage_of_three_periods_runs_once_or_not_at_all(
     catch_up: CatchUp, verdict: ScheduleVerdict, fire_at: str | None, missed: int

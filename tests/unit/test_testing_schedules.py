@@ -49,7 +49,7 @@ def test_advancing_the_clock_past_a_fire_time_starts_it_and_run_finishes_it() ->
 
 
 def test_a_jump_over_several_fire_times_is_an_outage_for_the_schedule() -> None:
-    with WorkflowTest(registry(), start=START, backend="moto") as test:
+    with WorkflowTest(registry(), start=START) as test:
         report = test.advance(3 * 3600 + 600)  # 23:30 -> 02:40: 00:00, 01:00, 02:00 passed at once
         assert ids(test, "hourly_skip") == []  # skip: none of them runs
         assert report.fires_skipped == 3
