@@ -25,7 +25,8 @@ def gather(ctx: StepContext) -> dict[str, Any]:
 def publish(ctx: StepContext) -> dict[str, Any]:
     ledger = ctx.services.get("ledger")
     if ledger is not None:
-        # Keyed on the execution: a redelivered publish lands once.
+        ledger.ran(ctx.idempotency_key)
+        # Keyed on the execution and the step: a redelivered publish lands once.
         ledger.apply(ctx.idempotency_key, {"kind": "report", "night": ctx.data["night"]})
     return {"published": f"report-{ctx.data['night']}"}
 
