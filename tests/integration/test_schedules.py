@@ -6,6 +6,7 @@ the first one (overlapping ticks) or kill the sweeper between the cursor's claim
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -232,3 +233,30 @@ def test_loom_testing_on_moto_fires_when_the_virtual_clock_moves() -> None:
         assert test.advance(2.5 * HOUR).fired == 1
         ex = test.run("nightly_report-20261202T0200Z")
         assert ex is not None and ex.context["for"] == "2026-12-02T02:00:00Z"
+
+
+def test_a_lost_answer_of_the_claim_is_a_claim_and_the_firing_starts_in_the_same_tick(engines, clock, aws) -> None:
+    """DynamoDB applied the claim, its answer was lost, botocore resent it: the resend fails its
+    own condition, and the write token tells it was ours (not another sweep's win)."""
+    first, _ = engines
+    lost: list[str] = []
+
+    def needs_retry(response: Any = None, operation: Any = None, request_dict: Any = None, **_: Any) -> Any:
+        body = json.loads(request_dict["body"])
+        item = body.get("Item", {})
+        if lost or response is None or response[0].status_code != 200 or "pending" not in item:
+            return None
+        lost.append(item["SK"]["S"])
+        return 0  # resend the very same request
+
+    client = first.store.inner._db
+    client.meta.events.register("needs-retry.dynamodb.PutItem", needs_retry)
+    try:
+        clock.set(at("2026-12-02T01:00:05"))
+        report = first.sweep()
+    finally:
+        client.meta.events.unregister("needs-retry.dynamodb.PutItem", needs_retry)
+    assert lost == ["SCHED#hourly"]  # the first claim of the tick, hourly's
+    assert report.fired == 2 and report.errors == 0
+    assert fired(first, "hourly") == ["hourly-20261202T0100Z"]
+    assert cursor_of(first, "hourly").pending is None
