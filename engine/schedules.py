@@ -25,7 +25,7 @@ from engine.workflow import WorkflowSpec
 @dataclass
 class ScheduleTally:
     fired: int = 0  # executions started by a firing (a resumed one included)
-    skipped: int = 0  # fire times passed over under catch_up="skip"
+    skipped: int = 0  # fire times passed over without a run of their own (missed, or skipped)
     errors: int = 0
 
 
@@ -100,6 +100,7 @@ def carry_out(
         claimed = cursor.moved(now, next_fire=decided.next_fire, pending=decided.fire_at)
         store.put_schedule(claimed, expected_version=cursor.version)  # the commit point of the firing
         _log_fire(name, decided)
+        tally.skipped += decided.missed
         _start(parts, claimed, now, tally)
     else:  # RESUME: a sweeper died (or failed) after the claim
         engine_log().info("schedule.resumed", workflow=name, fire_at=cursor.pending)

@@ -40,7 +40,8 @@ class SweepReport:
     truncated: bool = False
     # Executions (or sends) that hit an error; they stay due and the next sweep retries them.
     errors: int = 0
-    # Scheduled workflows (engine/schedules.py): executions started, fire times skipped.
+    # Scheduled workflows (engine/schedules.py): executions started, and fire times passed over
+    # without a run of their own (missed in an outage: one catch-up run stands for them, or none).
     fired: int = 0
     fires_skipped: int = 0
 

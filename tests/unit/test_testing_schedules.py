@@ -37,7 +37,8 @@ def test_advancing_the_clock_past_a_fire_time_starts_it_and_run_finishes_it() ->
     with WorkflowTest(registry(), start=START) as test:
         assert test.next_fires()["nightly_report"] == datetime(2026, 12, 2, 2, tzinfo=UTC).timestamp()
         report = test.advance(2.5 * 3600)  # 23:30 -> 02:00: the nightly report falls due
-        assert report.fired >= 1
+        assert report.fired == 2  # and hourly_skip's 02:00, on time (its 00:00 and 01:00 skipped)
+        assert report.fires_skipped == 2
         assert ids(test, "nightly_report") == ["nightly_report-20261202T0200Z"]
         ex = test.run("nightly_report-20261202T0200Z")
         assert ex is not None and ex.status.value == "COMPLETED"
