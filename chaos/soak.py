@@ -73,6 +73,12 @@ class Plan:
     def expected(self) -> Counter[str]:
         return Counter(e.expect for e in self.executions)
 
+    def expected_by_kind(self) -> dict[str, dict[str, int]]:
+        out: dict[str, Counter[str]] = {}
+        for e in self.executions:
+            out.setdefault(e.kind, Counter())[e.expect] += 1
+        return {kind: dict(c) for kind, c in sorted(out.items())}
+
     def counts(self) -> Counter[str]:
         c: Counter[str] = Counter(f.kind for f in self.faults)
         for e in self.executions:

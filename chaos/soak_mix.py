@@ -22,7 +22,7 @@ class Kind(StrEnum):
     CHAIN = "chain"  # pipeline (10 steps) or payment_retry (a retried charge)
     SLEEP = "sleep"  # a 4 s sleep on the stack's clock (chaos_nap)
     CALLBACK = "callback"  # a callback the soak completes from outside (payment_webhook)
-    SIGNAL = "signal"  # a signal wait the soak signals (order_approval)
+    SIGNAL = "signal"  # a signal wait the soak signals (chaos_approval: order_approval with retries)
     MAP = "map"  # a fan-out over 6 items, window 3, then a join that reads them in order
     CHILD = "child"  # a parent waiting on two children (order_with_children)
     SAGA = "saga"  # a saga that completes: nothing undone
@@ -102,7 +102,7 @@ def draft(kind: Kind, i: int, rng: random.Random) -> Draft:
     if kind is Kind.SIGNAL:
         steps = ("reserve_inventory", "ship_order", "notify_customer")
         drive = {"signal": rng.choice(SIGNAL_MODES), "name": "approval", "step": 1}
-        return Draft(kind, "order_approval", {"order_id": f"o-{i}"}, drive=drive, knob_steps=steps, checkpoints=5)
+        return Draft(kind, "chaos_approval", {"order_id": f"o-{i}"}, drive=drive, knob_steps=steps, checkpoints=5)
     if kind is Kind.MAP:
         return Draft(kind, "chaos_fanout", {"lines": MAP_LINES}, checkpoints=2, items=MAP_LINES)
     if kind is Kind.CHILD:
