@@ -100,7 +100,7 @@ def draft(kind: Kind, i: int, rng: random.Random) -> Draft:
             checkpoints=4,
         )
     if kind is Kind.SIGNAL:
-        steps = ("reserve_inventory", "ship_order", "notify_customer")
+        steps: tuple[str, ...] = ("reserve_inventory", "ship_order", "notify_customer")
         drive = {"signal": rng.choice(SIGNAL_MODES), "name": "approval", "step": 1}
         return Draft(kind, "chaos_approval", {"order_id": f"o-{i}"}, drive=drive, knob_steps=steps, checkpoints=5)
     if kind is Kind.MAP:
