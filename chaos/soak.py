@@ -297,9 +297,9 @@ def _check_all(
         status = ex.status.value if ex else "MISSING"
         statuses[status] += 1
         by_kind.setdefault(e.kind, Counter())[status] += 1
-        violations, report = check_planned(target, w, eid, e, driver.answers.get(eid))
+        violations, report, entries = check_planned(target, w, eid, e, driver.answers.get(eid))
         summary.violations += [f"{eid} ({e.kind} {e.workflow}): {v}" for v in violations]
-        figures.update(tally(target.entries(eid), report.extra_writes))
+        figures.update(tally(entries, report.extra_writes))
         if e.knobs:
             trail = w.trail(eid)
             gaps = [b.seen_at - a.seen_at for a, b in itertools.pairwise(trail)]
@@ -357,13 +357,13 @@ def run_soak(
         driver = Driver(target, w, dict(zip(ids, plan.executions, strict=True)))
         stop = threading.Event()
         driving = threading.Thread(target=driver.run, args=(stop,), name="soak-driver", daemon=True)
+        driving.start()  # an early signal goes as soon as the watcher sees its execution
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(
                 pool.map(
                     lambda p: target.start(p[1].workflow, p[1].input, p[0]), zip(ids, plan.executions, strict=True)
                 )
             )
-        driving.start()
         for e in plan.executions:
             injected.update(e.knobs)
         injector = _Injector(target, w, ids, random.Random(seed))

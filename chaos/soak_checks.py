@@ -19,6 +19,7 @@ Every kind: ``check_execution`` with the status its plan expects (one commit per
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chaos.composite_saga import check_undo
@@ -32,7 +33,18 @@ from chaos.target import Target
 from engine.state import Execution, StepRecord, StepStatus
 
 COMPENSABLE = {"chaos_saga": (0, 1, 2), "order_saga": (0, 1)}  # the steps that declare an undo
-Check = Callable[[Target, Execution, Any, Answers | None], list[str]]
+
+
+@dataclass(frozen=True)
+class Read:
+    """One execution as the final check read it, once: the kind checks share it."""
+
+    ex: Execution
+    history: list[StepRecord]
+    entries: dict[str, dict[str, Any]]
+
+
+Check = Callable[[Target, Read, Any, Answers | None], list[str]]
 
 
 def _scenario_check(fn: Callable[[Result], Any]) -> list[str]:
@@ -42,7 +54,8 @@ def _scenario_check(fn: Callable[[Result], Any]) -> list[str]:
     return list(r.violations)
 
 
-def check_callback(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[str]:
+def check_callback(t: Target, seen: Read, p: Any, got: Answers | None) -> list[str]:
+    ex = seen.ex
     if got is None:
         return ["the soak never answered its callback"]
     out = []
@@ -53,14 +66,14 @@ def check_callback(t: Target, ex: Execution, p: Any, got: Answers | None) -> lis
     if any(status not in (200, 409) for status, _ in others):
         out.append(f"callback answers other than a 200 repeat or a 409: {got.sent}")
     step = int(p.drive["step"])
-    record = next((r for r in t.history(ex.id) if r.index == step and r.status is StepStatus.COMPLETED), None)
+    record = next((r for r in seen.history if r.index == step and r.status is StepStatus.COMPLETED), None)
     if record is None or record.result != callback_body(ex.id)["result"]:
         out.append(f"the callback step committed {record and record.result}, not the completion's body")
     return out
 
 
-def check_signal(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[str]:
-    signals = t.store.signals(ex.id)
+def check_signal(t: Target, seen: Read, p: Any, got: Answers | None) -> list[str]:
+    signals = t.store.signals(seen.ex.id)
     taken = [s for s in signals if s.consumed_by is not None]
     sent = [] if got is None else got.sent
     out = []
@@ -70,7 +83,7 @@ def check_signal(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[
         out.append(f"{len(sent)} signal(s) sent, {len(signals)} kept")
     if len(taken) != 1:
         out.append(f"{len(taken)} signal(s) consumed, expected exactly 1")
-    return out + check_waits(ex, t.history(ex.id), signals)
+    return out + check_waits(seen.ex, seen.history, signals)
 
 
 def check_prices(t: Target, ex: Execution) -> list[str]:
@@ -80,8 +93,8 @@ def check_prices(t: Target, ex: Execution) -> list[str]:
     return out + _scenario_check(lambda r: check_items(t, ex.id, r))
 
 
-def check_map(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[str]:
-    return check_prices(t, ex)
+def check_map(t: Target, seen: Read, p: Any, got: Answers | None) -> list[str]:
+    return check_prices(t, seen.ex)
 
 
 def check_children(t: Target, w: Watcher, kind: Kind, ex: Execution) -> list[str]:
@@ -101,12 +114,12 @@ def no_undo(history: Sequence[StepRecord], entries: dict[str, dict[str, Any]]) -
     return [f"a saga that completed undid {undone}"] if undone else []
 
 
-def check_saga(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[str]:
-    return no_undo(t.history(ex.id), t.entries(ex.id))
+def check_saga(t: Target, seen: Read, p: Any, got: Answers | None) -> list[str]:
+    return no_undo(seen.history, seen.entries)
 
 
-def check_saga_undone(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[str]:
-    history, entries = t.history(ex.id), t.entries(ex.id)
+def check_saga_undone(t: Target, seen: Read, p: Any, got: Answers | None) -> list[str]:
+    ex, history, entries = seen.ex, seen.history, seen.entries
     out = check_compensation(ex, history, entries, COMPENSABLE[p.workflow])
     done = sorted((h for h in history if h.name.endswith("#compensate")), key=lambda h: h.finished_at or 0.0)
     order = [h.index for h in done if h.status is StepStatus.COMPLETED]
@@ -118,15 +131,16 @@ def check_saga_undone(t: Target, ex: Execution, p: Any, got: Answers | None) -> 
     return out
 
 
-def check_composite(t: Target, ex: Execution, p: Any, got: Answers | None) -> list[str]:
-    out = check_prices(t, ex) + check_callback(t, ex, p, got)
+def check_composite(t: Target, seen: Read, p: Any, got: Answers | None) -> list[str]:
+    ex = seen.ex
+    out = check_prices(t, ex) + check_callback(t, seen, p, got)
     role = p.drive["role"]
     if role == "caught" and ex.context.get("shipped_by") != "fallback":
         out.append("caught, but the catch's result is not in the context")
     if role == "undone":
         out += _scenario_check(lambda r: check_undo(t, r, ex.id))
     else:
-        out += no_undo(t.history(ex.id), t.entries(ex.id))
+        out += no_undo(seen.history, seen.entries)
     return out
 
 
@@ -140,7 +154,9 @@ KIND_CHECKS: dict[Kind, Check] = {
 }
 
 
-def check_planned(t: Target, w: Watcher, eid: str, p: Any, got: Answers | None) -> tuple[list[str], Report]:
+def check_planned(
+    t: Target, w: Watcher, eid: str, p: Any, got: Answers | None
+) -> tuple[list[str], Report, dict[str, dict[str, Any]]]:
     """Every invariant one planned execution owes, by its kind; the report carries its costs."""
     kind = Kind(p.kind)
     ex = t.get(eid)
@@ -150,12 +166,12 @@ def check_planned(t: Target, w: Watcher, eid: str, p: Any, got: Answers | None) 
     report = check_execution(ex, history, entries, w.trail(eid), expect)
     out = list(report.violations)
     if ex is None:
-        return out, report
+        return out, report, entries
     if kind is not Kind.SIGNAL:
         out += check_waits(ex, history, ())
     if kind in (Kind.CHILD, Kind.COMPOSITE):
         out += check_children(t, w, kind, ex)
     check = KIND_CHECKS.get(kind)
     if check is not None:
-        out += check(t, ex, p, got)
-    return out, report
+        out += check(t, Read(ex, history, entries), p, got)
+    return out, report, entries

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from chaos.soak import PlannedExecution, SoakSummary, make_plan
-from chaos.soak_checks import check_callback, check_saga, check_signal
+from chaos.soak_checks import Read, check_callback, check_saga, check_saga_undone, check_signal
 from chaos.soak_drive import Answers, callback_body
 from chaos.soak_mix import CALLBACK_MODES, PIPELINE_STEPS, SIGNAL_MODES, Kind, child_ids
 from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, StepRecord, StepStatus
@@ -105,18 +105,21 @@ def test_children_are_named_as_the_engine_names_them() -> None:
 
 
 class FakeTarget:
+    """What the kind checks read beyond the execution itself: its signals."""
+
     def __init__(self, history: list[StepRecord], signals: list[Signal] = (), entries: dict | None = None) -> None:
         self._history, self._signals, self._entries = history, list(signals), entries or {}
 
-    def history(self, execution_id: str) -> list[StepRecord]:
-        return self._history
-
-    def entries(self, execution_id: str) -> dict:
-        return self._entries
+    def read(self) -> Read:
+        return Read(EX, self._history, self._entries)
 
     @property
     def store(self) -> SimpleNamespace:
         return SimpleNamespace(signals=lambda eid: self._signals)
+
+
+def seen(t: FakeTarget) -> tuple[FakeTarget, Read]:
+    return t, t.read()
 
 
 def done(ex_id: str, index: int, result: dict) -> StepRecord:
@@ -130,15 +133,15 @@ CALLBACK = PlannedExecution(7, "payment_webhook", {}, (), "callback", "COMPLETED
 
 def test_callback_check_wants_one_winner_and_the_winners_body() -> None:
     t = FakeTarget([done(EX.id, 1, callback_body(EX.id)["result"])])
-    assert check_callback(t, EX, CALLBACK, Answers([(200, False), (200, True)])) == []
-    assert check_callback(t, EX, CALLBACK, Answers([(200, False), (409, False)])) == []
-    assert check_callback(t, EX, CALLBACK, Answers([(200, False), (200, False)]))  # two winners
-    assert check_callback(t, EX, CALLBACK, Answers([(200, True)]))  # nobody won
-    assert check_callback(t, EX, CALLBACK, Answers([(200, True)], ambiguous=1)) == []  # the first try won
-    assert check_callback(t, EX, CALLBACK, Answers([(200, False), (500, False)]))
-    assert check_callback(t, EX, CALLBACK, None)
+    assert check_callback(*seen(t), CALLBACK, Answers([(200, False), (200, True)])) == []
+    assert check_callback(*seen(t), CALLBACK, Answers([(200, False), (409, False)])) == []
+    assert check_callback(*seen(t), CALLBACK, Answers([(200, False), (200, False)]))  # two winners
+    assert check_callback(*seen(t), CALLBACK, Answers([(200, True)]))  # nobody won
+    assert check_callback(*seen(t), CALLBACK, Answers([(200, True)], ambiguous=1)) == []  # the first try won
+    assert check_callback(*seen(t), CALLBACK, Answers([(200, False), (500, False)]))
+    assert check_callback(*seen(t), CALLBACK, None)
     other = FakeTarget([done(EX.id, 1, {"paid": "other"})])
-    assert check_callback(other, EX, CALLBACK, Answers([(200, False)]))
+    assert check_callback(*seen(other), CALLBACK, Answers([(200, False)]))
 
 
 def test_signal_check_wants_each_kept_and_exactly_one_consumed() -> None:
@@ -154,16 +157,16 @@ def test_signal_check_wants_each_kept_and_exactly_one_consumed() -> None:
     extra = Signal(EX.id, "approval", "2#b", {}, 0.0)
     planned = replace(CALLBACK, drive={"signal": "burst", "step": 1, "name": "approval"})
     ok = FakeTarget([record], [one, extra])
-    assert check_signal(ok, EX, planned, Answers([(200, False), (200, False)])) == []
-    assert check_signal(ok, EX, planned, Answers([(200, False), (409, False)]))
-    assert check_signal(FakeTarget([record], [one]), EX, planned, Answers([(200, False), (200, False)]))
+    assert check_signal(*seen(ok), planned, Answers([(200, False), (200, False)])) == []
+    assert check_signal(*seen(ok), planned, Answers([(200, False), (409, False)]))
+    assert check_signal(*seen(FakeTarget([record], [one])), planned, Answers([(200, False), (200, False)]))
     none_taken = FakeTarget([record], [replace(one, consumed_by=None), extra])
-    assert check_signal(none_taken, EX, planned, Answers([(200, False), (200, False)]))
+    assert check_signal(*seen(none_taken), planned, Answers([(200, False), (200, False)]))
 
 
 def test_a_completed_saga_undoes_nothing() -> None:
-    assert check_saga(FakeTarget([]), EX, CALLBACK, None) == []
-    assert check_saga(FakeTarget([], entries={f"{EX.id}:0:compensate": {}}), EX, CALLBACK, None)
+    assert check_saga(*seen(FakeTarget([])), CALLBACK, None) == []
+    assert check_saga(*seen(FakeTarget([], entries={f"{EX.id}:0:compensate": {}})), CALLBACK, None)
 
 
 def test_the_summary_reports_counts_by_kind() -> None:
@@ -171,3 +174,25 @@ def test_the_summary_reports_counts_by_kind() -> None:
     summary.by_kind = {"chain": {"COMPLETED": 2}, "saga_undone": {"COMPENSATED": 1}}
     text = summary.render()
     assert "chain=2 {'COMPLETED': 2}" in text and "saga_undone=1 {'COMPENSATED': 1}" in text
+
+
+def test_a_failed_saga_must_undo_each_committed_step_once_in_reverse_order() -> None:
+    ex = replace(EX, id="s-1", workflow="chaos_saga", status=Status.COMPENSATED, current_step=0)
+    won = (Attempt(1, 0.0, 1.0, AttemptOutcome.COMPLETED),)
+
+    def rec(index: int, name: str, finished: float = 1.0) -> StepRecord:
+        return StepRecord(ex.id, index, name, StepStatus.COMPLETED, won, {}, finished_at=finished)
+
+    forward = [rec(0, "reserve"), rec(1, "charge")]
+    landed = {f"s-1:{i}:compensate": {"effect": {"kind": "undo"}, "runs": 1} for i in (0, 1)}
+    planned = replace(CALLBACK, workflow="chaos_saga", kind="saga_undone", expect="COMPENSATED", drive={})
+
+    def check(history: list[StepRecord], entries: dict) -> list[str]:
+        return check_saga_undone(FakeTarget([]), Read(ex, history, entries), planned, None)
+
+    undo = [rec(1, "charge#compensate", 2.0), rec(0, "reserve#compensate", 3.0)]
+    assert check(forward + undo, landed) == []
+    backwards = [rec(1, "charge#compensate", 3.0), rec(0, "reserve#compensate", 2.0)]
+    assert check(forward + backwards, landed)  # reserve undone before charge
+    assert check(forward + undo[:1], landed)  # reserve never undone
+    assert check(forward + undo, {"s-1:1:compensate": landed["s-1:1:compensate"]})  # an undo that never landed
