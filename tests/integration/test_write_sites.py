@@ -48,7 +48,7 @@ KINDS: dict[str, str] = {
     "DynamoStore.create_execution <- lifecycle.start <- children._start_child": "children",
     "DynamoStore.create_execution <- lifecycle.start <- fan_children.await_child": "kid_items",
     "DynamoStore.create_execution <- lifecycle.start <- runtime.Engine.start": "fulfillment",
-    "DynamoStore.decide_join <- fan_undo.run <- runner.undo": "parallel",
+    "DynamoStore.decide_join <- fan_undo.run <- runner.undo": "cancel_map",
     "DynamoStore.decide_join <- fanout.finish <- fanout.after_final": "parallel",
     "DynamoStore.fail_item <- fanout._failed <- fanout._attempt": "items",
     "DynamoStore.note_parked <- sweeper.Backlog.parked_since <- sweeper._judge": "lost_message",

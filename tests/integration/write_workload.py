@@ -29,7 +29,7 @@ from engine.fanout_spec import map, parallel
 from engine.lifecycle import child_id
 from engine.state import Execution
 from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
-from loom.testing import WorkerDied, WorkflowTest
+from loom.testing import StillRunning, WorkerDied, WorkflowTest
 
 EXAMPLES = (
     "order_fulfillment",
@@ -176,6 +176,18 @@ def registry(world: World) -> Registry:
             ],
             QUICK,
         ),
+        build_spec(
+            "held_map",
+            [
+                map(
+                    items=lambda ctx: [0, 1, 2],
+                    run=step(world.lands("line"), compensate=world.lands("unline")),
+                    name="lines",
+                    max_concurrency=1,
+                )
+            ],
+            QUICK,
+        ),
         build_spec("kid_items", [map(items=lambda ctx: [0, 1], run=child("warehouse_pick"), name="kids")], QUICK),
         build_spec("waiting_kid", [wait_for_signal("go"), world.lands("kid_after")]),
         build_spec("family", [child("waiting_kid"), world.lands("after")], QUICK),
@@ -313,6 +325,17 @@ def cancel_undo(t: WorkflowTest, world: World, eid: str) -> None:
     t.run(eid)
 
 
+def cancel_map(t: WorkflowTest, world: World, eid: str) -> None:
+    """A cancel with compensate mid-map: the join is fenced, the committed item undone."""
+    t.start("held_map", {}, execution_id=eid)
+    try:
+        t.run(eid, max_deliveries=2)  # the open, then item 0
+    except StillRunning:
+        pass
+    t.engine.cancel(eid, compensate=True)
+    t.run(eid)
+
+
 def cancel_fenced(t: WorkflowTest, world: World, eid: str) -> None:
     t.start("fenced", {}, execution_id=eid)
     t.engine.cancel(eid, compensate=True)  # step 0 has not run: its attempt is fenced
@@ -411,6 +434,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "family": family,
     "cascade": cascade,
     "cancel_undo": cancel_undo,
+    "cancel_map": cancel_map,
     "cancel_fenced": cancel_fenced,
     "cancel_plain": cancel_plain,
     "polled": plain("polled"),
