@@ -14,6 +14,7 @@ it, so that botocore sends the very same request again (its ``needs-retry`` even
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -108,23 +109,33 @@ class LostAt:
     """DynamoDB applies the next conditional write of an armed site, then its answer is lost."""
 
     def __init__(self, client: Any) -> None:
-        self._armed: list[str] = []
+        self._armed: dict[str, int] = {}  # site -> how many more of its applied writes to let through
         self.lost: list[str] = []
+        self.applied: list[str] = []  # the sites of the applied conditional writes, in order
         for operation in WRITE_OPERATIONS:
             client.meta.events.register(f"needs-retry.dynamodb.{operation}", self._needs_retry)
 
-    def arm(self, site: str) -> None:
-        self._armed.append(site)
+    def arm(self, site: str, nth: int = 1) -> None:
+        """Lose the answer of the ``nth`` write of ``site`` that DynamoDB applies from now on."""
+        self._armed[site] = nth - 1
 
     def _needs_retry(self, response: Any = None, operation: Any = None, request_dict: Any = None, **_: Any) -> Any:
-        if not self._armed or response is None or response[0].status_code != 200:
-            return None  # nothing armed, or not applied: botocore's own handler decides
+        if response is None or response[0].status_code != 200 or not is_conditional(operation.name, _body(request_dict)):
+            return None  # not applied, or not conditional: botocore's own handler decides
         site = site_of(sys._getframe(1))
+        self.applied.append(site)
         if site not in self._armed:
             return None
-        self._armed.remove(site)
+        if self._armed[site]:
+            self._armed[site] -= 1
+            return None
+        del self._armed[site]
         self.lost.append(site)
         return 0  # seconds to wait before botocore sends the same request again
+
+
+def _body(request_dict: Any) -> dict[str, Any]:
+    return json.loads(request_dict["body"]) if request_dict and request_dict.get("body") else {}
 
 
 def static_sites() -> set[tuple[str, str]]:

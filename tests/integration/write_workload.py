@@ -135,6 +135,10 @@ def registry(world: World) -> Registry:
                 world.lands("after"),
             ],
         ),
+        build_spec(
+            "beats",
+            [wait_for_callback("beat", submit=world.submit, heartbeat_timeout=600, retry=QUICK), world.lands("after")],
+        ),
         build_spec("signal_late", [wait_for_signal("go", timeout=600, retry=QUICK), world.lands("after")]),
         build_spec(
             "undoes",
@@ -292,6 +296,17 @@ def callbacks(t: WorkflowTest, world: World, eid: str) -> None:
     t.run(eid)
 
 
+def heartbeat_missed(t: WorkflowTest, world: World, eid: str) -> None:
+    """No heartbeat within its timeout: the sweeper claims the wait, records the timeout, retries."""
+    t.start("beats", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.clock.advance(601)
+    t.engine.sweep()
+    _until_waiting(t, eid)
+    t.complete_callback(world.tokens[eid][-1], {"beat": "on the retry"})
+    t.run(eid)
+
+
 def signal_late(t: WorkflowTest, world: World, eid: str) -> None:
     t.start("signal_late", {}, execution_id=eid)
     _until_waiting(t, eid)
@@ -424,6 +439,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "early_signal": early_signal,
     "callbacks": callbacks,
     "signal_late": signal_late,
+    "heartbeat_missed": heartbeat_missed,
     "undoes": plain("undoes"),
     "caught": plain("caught"),
     "uncaught": plain("uncaught"),
