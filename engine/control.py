@@ -91,7 +91,9 @@ def _item_record(parts: Parts, parent: Execution, kid: Execution) -> StepRecord 
     if "item" not in link or parent.current_step != link.get("step"):
         return None
     join = parts.store.get_join(parent.id, parent.current_step)
-    return None if join is None else parts.store.get_item(parent.id, parent.current_step, int(link["item"]), join.shards)
+    if join is None:
+        return None
+    return parts.store.get_item(parent.id, parent.current_step, int(link["item"]), join.shards)
 
 
 def parent_waits_on(parent: Execution, kid: Execution, item: StepRecord | None) -> bool:

@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.adapters.fan_store import FanStore, step_record
@@ -69,6 +68,7 @@ ONE_RECORD_PER_ATTEMPT = "(attribute_not_exists(last_attempt) OR last_attempt < 
 NO_FAILURE_AFTER_COMMIT = f"({NEW_RECORD} OR {COMMIT_ONCE})"
 MAY_COMMIT = f"({NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL} AND {ONE_RECORD_PER_ATTEMPT}))"
 MAY_RECORD_FAILURE = f"{ONE_RECORD_PER_ATTEMPT} AND {NO_FAILURE_AFTER_COMMIT}"
+
 
 def exec_pk(execution_id: str) -> str:
     return f"EXEC#{execution_id}"
@@ -539,4 +539,3 @@ class DynamoStore(FanStore):
                     out[item[PK]["S"]] = self._execution(item)
                 request = answer.get("UnprocessedKeys") or {}
         return out
-

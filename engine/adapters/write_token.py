@@ -9,7 +9,7 @@ that carries our token is our own earlier try, which landed (DESIGN.md, "Write t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,14 +29,12 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def carries(item: dict[str, Any] | None, token: str) -> bool:
+def carries(item: Mapping[str, Any] | None, token: str) -> bool:
     return item is not None and item.get(TOKEN) == {"S": token}
 
 
 @contextmanager
-def conditional(
-    resource: str, token: str, decode: Callable[[dict[str, Any]], object] | None = None
-) -> Iterator[None]:
+def conditional(resource: str, token: str, decode: Callable[[dict[str, Any]], object] | None = None) -> Iterator[None]:
     """Around one conditional write that carries ``token`` and asks for ``ALL_OLD``.
 
     The write counts as done if it landed, on this try or on an earlier one whose answer

@@ -62,14 +62,14 @@ KINDS: dict[str, str] = {
     "DynamoStore.put_execution <- attempts.schedule_retry <- catching._fail.<locals>.<lambda>": "caught",
     "DynamoStore.put_execution <- callbacks._heartbeat <- callbacks.complete": "callbacks",
     "DynamoStore.put_execution <- catching.run <- runner.handle_link": "composite_caught",
-    "DynamoStore.put_execution <- compensation._schedule_retry <- compensation.fail_attempt.<locals>.<lambda>": "undoes",
+    "DynamoStore.put_execution <- compensation._schedule_retry <- compensation.fail_attempt.<locals>.<lambda>": "undoes",  # noqa: E501
     "DynamoStore.put_execution <- compensation.advance <- compensation._run_marked": "saga",
     "DynamoStore.put_execution <- compensation.advance <- fan_undo._next": "parallel",
     "DynamoStore.put_execution <- compensation.run <- runner.undo": "saga",
     "DynamoStore.put_execution <- control.redrive_failed <- runtime.Engine.redrive_failed": "redrive",
     "DynamoStore.put_execution <- escalation.begin_catch <- escalation.escalate": "composite_caught",
     "DynamoStore.put_execution <- escalation.begin_compensation <- escalation.escalate": "saga",
-    "DynamoStore.put_execution <- escalation.give_up_compensation <- compensation.fail_attempt.<locals>.<lambda>": "undoes",
+    "DynamoStore.put_execution <- escalation.give_up_compensation <- compensation.fail_attempt.<locals>.<lambda>": "undoes",  # noqa: E501
     "DynamoStore.put_execution <- fan_undo._next <- fan_undo._run_marked": "parallel",
     "DynamoStore.put_execution <- fan_undo._retry <- fan_undo._failed": "undo_items",
     "DynamoStore.put_execution <- fan_undo.run <- runner.undo": "parallel",

@@ -120,7 +120,11 @@ class LostAt:
         self._armed[site] = nth - 1
 
     def _needs_retry(self, response: Any = None, operation: Any = None, request_dict: Any = None, **_: Any) -> Any:
-        if response is None or response[0].status_code != 200 or not is_conditional(operation.name, _body(request_dict)):
+        if (
+            response is None
+            or response[0].status_code != 200
+            or not is_conditional(operation.name, _body(request_dict))
+        ):
             return None  # not applied, or not conditional: botocore's own handler decides
         site = site_of(sys._getframe(1))
         self.applied.append(site)
@@ -159,7 +163,9 @@ def static_sites() -> set[tuple[str, str]]:
 
 
 def _is_store(node: ast.expr) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "store" or isinstance(node, ast.Name) and node.id == "store"
+    return (isinstance(node, ast.Attribute) and node.attr == "store") or (
+        isinstance(node, ast.Name) and node.id == "store"
+    )
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:

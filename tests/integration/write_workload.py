@@ -160,7 +160,10 @@ def registry(world: World) -> Registry:
         ),
         build_spec(
             "items",
-            [map(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", tolerated_failures=1), world.lands("z")],
+            [
+                map(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", tolerated_failures=1),
+                world.lands("z"),
+            ],
             QUICK,
         ),
         build_spec(
@@ -203,7 +206,9 @@ def registry(world: World) -> Registry:
         build_spec("crashy", [world.lands("a"), step(world.lands("b"), semantics="at_most_once")], QUICK),
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
-            "one_by_one", [map(items=lambda ctx: [0, 1, 2], run=world.lands("i"), name="each", max_concurrency=1)], QUICK
+            "one_by_one",
+            [map(items=lambda ctx: [0, 1, 2], run=world.lands("i"), name="each", max_concurrency=1)],
+            QUICK,
         ),
     ]
     for spec in specs:
@@ -514,7 +519,10 @@ def _fan(store: Any, xid: str, records: list[Any]) -> list[Any]:
                 "ok": join.ok,
                 "failed": join.failed,
                 "decided": join.decided,
-                "items": [(i.index, i.status.value, i.result, [(a.attempt, a.outcome.value) for a in i.attempts]) for i in items],
+                "items": [
+                    (i.index, i.status.value, i.result, [(a.attempt, a.outcome.value) for a in i.attempts])
+                    for i in items
+                ],
             }
         )
     return out

@@ -31,13 +31,17 @@ def _is_conditional(call: ast.Call) -> bool:
     for kw in call.keywords:
         if kw.arg == "ConditionExpression":
             return True
-        if kw.arg is None and not (
-            isinstance(kw.value, ast.Name) and kw.value.id == "ALL_OLD"
-            or isinstance(kw.value, ast.Call) and isinstance(kw.value.func, ast.Attribute)
-            and kw.value.func.attr == "_capacity"
-        ):
+        if kw.arg is None and not (_named(kw.value, "ALL_OLD") or _is_capacity(kw.value)):
             return True
     return False
+
+
+def _named(node: ast.expr, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _is_capacity(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_capacity"
 
 
 def _under_conditional(tree: ast.AST, call: ast.Call) -> bool:
@@ -54,9 +58,7 @@ def _under_conditional(tree: ast.AST, call: ast.Call) -> bool:
 
 
 def _function_of(tree: ast.AST, call: ast.Call) -> ast.FunctionDef:
-    found = [
-        f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and any(call is n for n in ast.walk(f))
-    ]
+    found = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and any(call is n for n in ast.walk(f))]
     return min(found, key=lambda f: sum(1 for _ in ast.walk(f)))
 
 
