@@ -157,10 +157,17 @@ def test_the_workload_makes_every_named_write_and_no_unnamed_one(bench: Bench) -
         assert site in bench.sites.by_scenario.get(scenario, set()), (site, scenario)
 
 
+# A scenario's outcome without a fault, once per process: it does not depend on what ran before
+# it in the table (every case starts from an emptied one; the ids are replaced by X).
+_CALM: dict[str, object] = {}
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_lost_answer_on_any_conditional_write_changes_nothing(bench: Bench, case: str) -> None:
     site, scenario, nth = CASES[case]
-    calm = bench.drive(scenario, "calm")
+    calm = _CALM.get(scenario)
+    if calm is None:
+        calm = _CALM[scenario] = bench.drive(scenario, "calm")
     bench.lost.arm(site, nth)
     lossy = bench.drive(scenario, "lost")
     assert bench.lost.lost == [site], "the scenario never made that write"
