@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from chaos import faults
-from chaos.invariants import Expect, check_execution
+from chaos import faults, soak_mix
 from chaos.observe import Watcher
 from chaos.scenario import FAIL, PASS, Result
+from chaos.soak_checks import check_planned
+from chaos.soak_drive import Driver
 from chaos.target import KILL, PURGE, THROTTLE, TICK, TIME, Target, sweep_in_subprocesses
 from engine.state import canonical_json
 
@@ -39,6 +40,9 @@ class PlannedExecution:
     workflow: str
     input: dict[str, Any]
     knobs: tuple[str, ...]
+    kind: str = soak_mix.Kind.CHAIN.value
+    expect: str = "COMPLETED"  # the status it must end in
+    drive: dict[str, Any] = field(default_factory=dict)  # how the soak answers its waits
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,18 @@ class Plan:
         }
         return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:16]
 
+    def kinds(self) -> Counter[str]:
+        return Counter(e.kind for e in self.executions)
+
+    def expected(self) -> Counter[str]:
+        return Counter(e.expect for e in self.executions)
+
+    def expected_by_kind(self) -> dict[str, dict[str, int]]:
+        out: dict[str, Counter[str]] = {}
+        for e in self.executions:
+            out.setdefault(e.kind, Counter())[e.expect] += 1
+        return {kind: dict(c) for kind, c in sorted(out.items())}
+
     def counts(self) -> Counter[str]:
         c: Counter[str] = Counter(f.kind for f in self.faults)
         for e in self.executions:
@@ -71,30 +87,15 @@ class Plan:
 
 
 def make_plan(executions: int, seed: int, *, window: float = 20.0) -> Plan:
-    """A deterministic mix: knobs on about a third of the executions, timed faults across the window."""
+    """A deterministic mix of kinds (chaos/soak_mix.py), knobs on about a third of the
+    executions, timed faults across the window."""
     rng = random.Random(seed)
     planned: list[PlannedExecution] = []
     for i in range(executions):
-        if rng.random() < 0.8:
-            workflow, steps = "pipeline", [f"stage_{k}" for k in range(10)]
-            chaos: dict[str, Any] = {"hold": {rng.choice(steps): round(rng.uniform(0.05, 0.3), 2)}}
-            data: dict[str, Any] = {}
-        else:
-            workflow, steps = "payment_retry", ["reserve_inventory", "notify_customer"]
-            chaos, data = {}, {"order_id": f"o-{i}", "amount": rng.randint(1, 500), "fail_first": 1}
-        knobs: list[str] = []
-        roll = rng.random()
-        if roll < 0.12:
-            knobs.append("crash_in_step")
-            chaos["crash"] = {rng.choice(steps): "once"}
-            chaos["crash_after_effect"] = True
-        elif roll < 0.22:
-            knobs.append("crash_after_checkpoint")
-            chaos["crash_after_checkpoint"] = [rng.randrange(0, 2 if workflow == "payment_retry" else 9)]
-        elif roll < 0.34 and workflow == "pipeline":
-            knobs.append("transient_failure")
-            chaos["fail"] = {rng.choice(steps): 1}
-        planned.append(PlannedExecution(i, workflow, {**data, "chaos": chaos}, tuple(knobs)))
+        d = soak_mix.draft(soak_mix.draw_kind(rng), i, rng)
+        knobs, names = soak_mix.knobs_for(d, rng)
+        data = soak_mix.merge_knobs({**d.data, "chaos": d.data.get("chaos", {})}, knobs)
+        planned.append(PlannedExecution(i, d.workflow, data, names, d.kind.value, d.expect, d.drive))
     count = max(len(TIMED_KINDS), executions // 6)
     kinds = list(TIMED_KINDS) + [
         rng.choice(("duplicate", "kill_worker", "sweep_storm", "duplicate", "throttle", "visibility"))
@@ -134,6 +135,8 @@ class SoakSummary:
     digest: str
     executions: int
     planned: dict[str, int]
+    kinds: dict[str, int] = field(default_factory=dict)  # planned executions by workflow kind
+    by_kind: dict[str, dict[str, int]] = field(default_factory=dict)  # final statuses, by kind
     injected: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
@@ -155,6 +158,7 @@ class SoakSummary:
         lines = [
             f"soak seed={self.seed} plan digest={self.digest}",
             f"executions: {self.executions}  statuses: {self.statuses}  in {self.seconds:.0f}s",
+            "by kind: " + ", ".join(f"{k}={n} {self.by_kind.get(k, {})}" for k, n in sorted(self.kinds.items())),
             "faults injected by kind: " + ", ".join(f"{k}={v}" for k, v in sorted(self.injected.items())),
         ]
         if self.skipped:
@@ -280,19 +284,80 @@ def tally(entries: dict[str, dict[str, Any]], extra_writes: int) -> Counter[str]
     )
 
 
+def _check_all(
+    target: Target, w: Watcher, ids: list[str], plan: Plan, driver: Driver, summary: SoakSummary
+) -> list[float]:
+    """Each planned execution against its kind's invariants; the knobbed ones' recovery gaps."""
+    statuses: Counter[str] = Counter()
+    figures: Counter[str] = Counter()
+    by_kind: dict[str, Counter[str]] = {}
+    knob_recoveries = []
+    for eid, e in zip(ids, plan.executions, strict=True):
+        ex = target.get(eid)
+        status = ex.status.value if ex else "MISSING"
+        statuses[status] += 1
+        by_kind.setdefault(e.kind, Counter())[status] += 1
+        violations, report, entries = check_planned(target, w, eid, e, driver.answers.get(eid))
+        summary.violations += [f"{eid} ({e.kind} {e.workflow}): {v}" for v in violations]
+        figures.update(tally(entries, report.extra_writes))
+        if e.knobs:
+            trail = w.trail(eid)
+            gaps = [b.seen_at - a.seen_at for a, b in itertools.pairwise(trail)]
+            knob_recoveries.append(max(gaps, default=0.0))
+    answers = driver.answers.values()
+    figures.update(
+        callbacks_sent=sum(len(a.sent) for eid, a in driver.answers.items() if "callback" in driver.planned[eid].drive),
+        signals_sent=sum(len(a.sent) for eid, a in driver.answers.items() if "signal" in driver.planned[eid].drive),
+        ambiguous_answers=sum(a.ambiguous for a in answers),
+    )
+    summary.statuses = dict(statuses)
+    summary.by_kind = {kind: dict(c) for kind, c in sorted(by_kind.items())}
+    summary.figures = {**figures, "dlq_messages": faults.dlq_depth(target)}
+    return knob_recoveries
+
+
+def _settle_children(w: Watcher, kids: list[str], summary: SoakSummary, timeout: float) -> None:
+    """A crashed child's hold leaves the due index at the sweeper's next visit: wait for it."""
+    if not kids:
+        return
+    try:
+        w.wait(kids, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=timeout, what="children settled")
+    except Exception as exc:
+        summary.violations.append(str(exc))
+
+
+def _finish_driving(driver: Driver, summary: SoakSummary, timeout: float = 60.0) -> None:
+    """The late completions go once their executions have moved on; then nothing may be left."""
+    deadline = time.monotonic() + timeout
+    while driver.pending() and time.monotonic() < deadline:
+        driver.step()
+        time.sleep(0.5)  # the watcher's next pass, in real time
+    if driver.pending():
+        summary.violations.append(f"the soak never answered the waits of {driver.pending()[:5]}")
+    summary.incidents += driver.errors
+
+
 def run_soak(
     target: Target, executions: int, seed: int, *, out: TextIO | None = None, timeout: float = 240.0
 ) -> SoakSummary:
     plan = make_plan(executions, seed)
-    summary = SoakSummary(seed, plan.digest, executions, dict(plan.counts()))
+    summary = SoakSummary(seed, plan.digest, executions, dict(plan.counts()), kinds=dict(plan.kinds()))
     say = (lambda msg: print(msg, file=out, flush=True)) if out is not None else (lambda msg: None)
     say(f"soak: {executions} executions, seed {seed}, plan digest {plan.digest}, {len(plan.faults)} timed faults")
+    say(f"soak: kinds {dict(sorted(plan.kinds().items()))}, expected ends {dict(plan.expected())}")
     run_tag = f"soak{seed}-{random.Random().getrandbits(32):08x}"
     ids = [f"{run_tag}-{e.index}" for e in plan.executions]
+    kids = [
+        k for eid, e in zip(ids, plan.executions, strict=True) for k in soak_mix.child_ids(soak_mix.Kind(e.kind), eid)
+    ]
     injected: Counter[str] = Counter()
     started = time.time()
     with Watcher(target, interval=0.3) as w:
-        w.add(*ids)
+        w.add(*ids, *kids)
+        driver = Driver(target, w, dict(zip(ids, plan.executions, strict=True)))
+        stop = threading.Event()
+        driving = threading.Thread(target=driver.run, args=(stop,), name="soak-driver", daemon=True)
+        driving.start()  # an early signal goes as soon as the watcher sees its execution
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(
                 pool.map(
@@ -302,27 +367,18 @@ def run_soak(
         for e in plan.executions:
             injected.update(e.knobs)
         injector = _Injector(target, w, ids, random.Random(seed))
-        t0 = time.time()
-        for f in plan.faults:
-            need = NEEDS.get(f.kind)
-            if need and not target.can(need):
-                summary.skipped[f.kind] = target.missing[need]
-                continue
-            delay = t0 + f.at - time.time()
-            if delay > 0:
-                time.sleep(delay)  # the plan's schedule, in real time
-            try:
-                injector.inject(f)
-                injected[f.kind] += 1
-            except Exception as exc:
-                summary.violations.append(f"injecting {f.kind} failed: {type(exc).__name__}: {exc}")
+        _inject_all(target, plan, injector, injected, summary)
         say(f"soak: all faults injected after {time.time() - started:.0f}s; waiting for every execution")
         try:
             w.wait_seen(ids, timeout=timeout)
         except Exception as exc:
             summary.violations.append(str(exc))
+        stop.set()
+        driving.join(timeout=180)
+        _finish_driving(driver, summary)
+        _settle_children(w, kids, summary, timeout=max(60.0, 4 * target.lease + 30))
         injector.settle()
-        summary.incidents = list(injector.incidents)
+        summary.incidents = list(injector.incidents) + summary.incidents
         if target.proxy is not None:
             target.proxy.calm()
         drain_began = time.time()
@@ -330,25 +386,27 @@ def run_soak(
         summary.drain_seconds = round(time.time() - drain_began, 1)
         if any(depth.values()):
             summary.violations.append(f"messages still circulating in the step queue: {depth}")
-    statuses: Counter[str] = Counter()
-    figures: Counter[str] = Counter()
-    knob_recoveries = []
-    for eid, e in zip(ids, plan.executions, strict=True):
-        ex = target.get(eid)
-        statuses[ex.status.value if ex else "MISSING"] += 1
-        entries = target.entries(eid)
-        report = check_execution(ex, target.history(eid), entries, w.trail(eid), Expect())
-        summary.violations += [f"{eid}: {v}" for v in report.violations]
-        figures.update(tally(entries, report.extra_writes))
-        if e.knobs:
-            trail = w.trail(eid)
-            gaps = [b.seen_at - a.seen_at for a, b in itertools.pairwise(trail)]
-            knob_recoveries.append(max(gaps, default=0.0))
-    recoveries = injector.recoveries + knob_recoveries
+    recoveries = injector.recoveries + _check_all(target, w, ids, plan, driver, summary)
     summary.injected = dict(injected)
-    summary.statuses = dict(statuses)
-    summary.figures = {**figures, "dlq_messages": faults.dlq_depth(target)}
     summary.recovery_p50 = percentile(recoveries, 50)
     summary.recovery_p99 = percentile(recoveries, 99)
     summary.seconds = round(time.time() - started, 1)
     return summary
+
+
+def _inject_all(target: Target, plan: Plan, injector: _Injector, injected: Counter[str], summary: SoakSummary) -> None:
+    """The timed faults on the plan's schedule (those the target cannot take are reported skipped)."""
+    t0 = time.time()
+    for f in plan.faults:
+        need = NEEDS.get(f.kind)
+        if need and not target.can(need):
+            summary.skipped[f.kind] = target.missing[need]
+            continue
+        delay = t0 + f.at - time.time()
+        if delay > 0:
+            time.sleep(delay)  # the plan's schedule, in real time
+        try:
+            injector.inject(f)
+            injected[f.kind] += 1
+        except Exception as exc:
+            summary.violations.append(f"injecting {f.kind} failed: {type(exc).__name__}: {exc}")

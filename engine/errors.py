@@ -122,6 +122,12 @@ class NotFailed(ConflictError):
     code = "not_failed"
 
 
+class ParentDecides(ConflictError):
+    """A failed child whose parent no longer waits on it is its parent's to redo: re-drive the parent."""
+
+    code = "parent_decides"
+
+
 # --- infrastructure ----------------------------------------------------------
 
 

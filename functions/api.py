@@ -13,6 +13,8 @@
 | POST /executions/{id}/cancel         | 200, 404, 409 when already terminal; body      |
 |                                      | {"compensate": true} undoes a saga's steps     |
 | POST /executions/{id}/redrive        | 200 a new round of attempts, 404, 409 unless FAILED |
+|                                      | (409 parent_decides: a child its parent no longer |
+|                                      | waits on; the message names the parent)          |
 | GET  /workflows                      | 200; a scheduled one's ``schedule.next_fire`` |
 | GET  /dlq?limit                      | 200: the parked messages, left in place        |
 | POST /dlq/redrive?limit              | 200: what was done with each message           |

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
-
-from botocore.exceptions import ClientError
 
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.adapters.fan_store import FanStore, step_record
 from engine.adapters.schedule_store import ScheduleStore
+from engine.adapters.write_token import ALL_OLD, NOT_THIS_WRITE, TOKEN, conditional, new_token
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
 from engine.limits import check_item, utf8_len
@@ -72,15 +69,6 @@ ONE_RECORD_PER_ATTEMPT = "(attribute_not_exists(last_attempt) OR last_attempt < 
 NO_FAILURE_AFTER_COMMIT = f"({NEW_RECORD} OR {COMMIT_ONCE})"
 MAY_COMMIT = f"({NEW_RECORD} OR ({COMMIT_ONCE} AND {FAILED_IS_FINAL} AND {ONE_RECORD_PER_ATTEMPT}))"
 MAY_RECORD_FAILURE = f"{ONE_RECORD_PER_ATTEMPT} AND {NO_FAILURE_AFTER_COMMIT}"
-
-# Write tokens (DESIGN.md, "Write tokens"). Each write call stores a fresh token on the
-# item and asks for the item back when its condition fails. botocore resends a request
-# whose answer was lost unchanged, token included: a refusal by an item that carries our
-# token is our own earlier try, which landed. The history updates also refuse to apply
-# the same token twice, so a resent list_append cannot append twice whatever the rules say.
-TOKEN = "wt"
-NOT_THIS_WRITE = f"(attribute_not_exists({TOKEN}) OR {TOKEN} <> :wt)"
-ALL_OLD = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
 
 def exec_pk(execution_id: str) -> str:
@@ -214,22 +202,9 @@ class DynamoStore(FanStore, ScheduleStore):
     def _capacity(self) -> dict[str, str]:
         return {"ReturnConsumedCapacity": self.return_consumed_capacity}
 
-    @contextmanager
-    def _conditional(self, token: str, decode: Callable[[dict[str, Any]], object]) -> Iterator[None]:
-        """Around one conditional write that carries ``token`` and asks for ``ALL_OLD``.
-
-        The write counts as done if it landed, on this try or on an earlier one whose
-        answer was lost. Otherwise ``ConflictError``, with the winning item decoded in
-        ``current``.
-        """
-        try:
-            with mapped(f"table {self._table}"):
-                yield
-        except ConflictError as exc:
-            winner = _winner(exc)
-            if winner is not None and winner.get(TOKEN) == _s(token):
-                return  # our own earlier try landed; only its answer was lost
-            raise ConflictError(exc.message, current=None if winner is None else decode(winner)) from exc.__cause__
+    def _conditional(self, token: str, decode: Callable[[dict[str, Any]], object] | None = None) -> Any:
+        """Around one conditional write on the table (engine/adapters/write_token.py)."""
+        return conditional(f"table {self._table}", token, decode)
 
     def _step_decoder(self, execution_id: str) -> Callable[[dict[str, Any]], object]:
         return lambda item: self._record(execution_id, item)
@@ -237,7 +212,7 @@ class DynamoStore(FanStore, ScheduleStore):
     # ------------------------------------------------------------- executions
 
     def create_execution(self, execution: Execution) -> None:
-        token = _token()
+        token = new_token()
         with self._conditional(token, self._execution):
             self._db.put_item(
                 TableName=self._table,
@@ -273,7 +248,7 @@ class DynamoStore(FanStore, ScheduleStore):
         return found
 
     def put_execution(self, execution: Execution, *, expected_version: int, expected_step: int) -> None:
-        token = _token()
+        token = new_token()
         with self._conditional(token, self._execution):
             self._db.put_item(
                 TableName=self._table,
@@ -289,7 +264,7 @@ class DynamoStore(FanStore, ScheduleStore):
     def commit_step(
         self, execution_id: str, index: int, name: str, attempt: Attempt, result: dict[str, Any] | None
     ) -> None:
-        token = _token()
+        token = new_token()
         with self._conditional(token, self._step_decoder(execution_id)):
             self._db.update_item(
                 TableName=self._table,
@@ -320,7 +295,7 @@ class DynamoStore(FanStore, ScheduleStore):
 
     def record_failure(self, execution_id: str, index: int, name: str, attempt: Attempt, *, final: bool) -> bool:
         status = StepStatus.FAILED if final else StepStatus.RETRYING
-        token = _token()
+        token = new_token()
         values = {
             ":wt": _s(token),
             ":status": _s(status.value),
@@ -400,11 +375,13 @@ class DynamoStore(FanStore, ScheduleStore):
             "received_at": _n(signal.received_at),
         }
         check_item(item_size(item), f"signal {signal.name!r}")
-        with mapped(f"table {self._table}"):
+        token = new_token()
+        with self._conditional(token, lambda old: self._signal(signal.execution_id, old)):
             self._db.put_item(
                 TableName=self._table,
-                Item=item,
+                Item={**item, TOKEN: _s(token)},
                 ConditionExpression="attribute_not_exists(PK)",
+                **ALL_OLD,
                 **self._capacity(),
             )
 
@@ -430,13 +407,15 @@ class DynamoStore(FanStore, ScheduleStore):
 
     def consume_signal(self, execution_id: str, name: str, key: str, by: str) -> None:
         """Mark the signal consumed by wait ``by``; ``ConflictError`` if another wait took it."""
-        with mapped(f"table {self._table}"):
+        token = new_token()
+        with self._conditional(token, lambda old: self._signal(execution_id, old)):
             self._db.update_item(
                 TableName=self._table,
                 Key={PK: _s(exec_pk(execution_id)), SK: _s(signal_sk(name, key))},
-                UpdateExpression="SET consumed_by = :by",
+                UpdateExpression=f"SET consumed_by = :by, {TOKEN} = :wt",
                 ConditionExpression="attribute_exists(PK) AND (attribute_not_exists(consumed_by) OR consumed_by = :by)",
-                ExpressionAttributeValues={":by": _s(by)},
+                ExpressionAttributeValues={":by": _s(by), ":wt": _s(token)},
+                **ALL_OLD,
                 **self._capacity(),
             )
 
@@ -488,12 +467,14 @@ class DynamoStore(FanStore, ScheduleStore):
                 "ExpressionAttributeValues": {":old": old["count"]},
             }
         )
+        token = new_token()
         try:
-            with mapped(f"table {self._table}"):
+            with self._conditional(token):
                 self._db.put_item(
                     TableName=self._table,
-                    Item={**PARKED_KEY, "count": _n(count), "changed_at": _n(now)},
+                    Item={**PARKED_KEY, "count": _n(count), "changed_at": _n(now), TOKEN: _s(token)},
                     **condition,
+                    **ALL_OLD,
                     **self._capacity(),
                 )
         except ConflictError:
@@ -559,17 +540,3 @@ class DynamoStore(FanStore, ScheduleStore):
                     out[item[PK]["S"]] = self._execution(item)
                 request = answer.get("UnprocessedKeys") or {}
         return out
-
-
-def _token() -> str:
-    """One per write call: botocore's retries of that call resend it unchanged."""
-    return uuid.uuid4().hex
-
-
-def _winner(exc: ConflictError) -> dict[str, Any] | None:
-    """The item that failed the condition (``ReturnValuesOnConditionCheckFailure=ALL_OLD``)."""
-    cause = exc.__cause__
-    if not isinstance(cause, ClientError):
-        return None
-    item = cause.response.get("Item")
-    return item if isinstance(item, dict) and item else None

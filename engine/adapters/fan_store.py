@@ -11,12 +11,12 @@ items of at most 1 KB each: 4 WCU).
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
 from engine.adapters.aws_errors import error_code, mapped
+from engine.adapters.write_token import ALL_OLD, NOT_THIS_WRITE, TOKEN, carries, conditional, new_token, winner_of
 from engine.errors import ConflictError, TransientError
 from engine.join import JoinRecord, shard_of_item, shards_of_page
 from engine.limits import check_item, history_item_size
@@ -96,17 +96,18 @@ class FanStore:
             "ok": _n(0),
             "failed": _n(0),
         }
+        token = new_token()
         try:
-            with mapped(f"table {self._table}"):
+            with conditional(f"table {self._table}", token):
                 self._db.put_item(
                     TableName=self._table,
-                    Item=item,
+                    Item={**item, TOKEN: {"S": token}},
                     ConditionExpression="attribute_not_exists(PK)",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **ALL_OLD,
                     **self._capacity(),
                 )
         except ConflictError as exc:
-            old = _old_item(exc)
+            old = winner_of(exc)
             if old is None:
                 found = FanStore.get_join(self, join.execution_id, join.step)
                 if found is None:
@@ -124,14 +125,16 @@ class FanStore:
         return None if item is None else _join(execution_id, step, item)
 
     def decide_join(self: _Table, execution_id: str, step: int, decided: str) -> str:
+        token = new_token()
         try:
-            with mapped(f"table {self._table}"):
+            with conditional(f"table {self._table}", token):
                 self._db.update_item(
                     TableName=self._table,
                     Key=join_key(execution_id, step),
-                    UpdateExpression="SET decided = :d",
+                    UpdateExpression=f"SET decided = :d, {TOKEN} = :wt",
                     ConditionExpression="attribute_exists(PK) AND attribute_not_exists(decided)",
-                    ExpressionAttributeValues={":d": {"S": decided}},
+                    ExpressionAttributeValues={":d": {"S": decided}, ":wt": {"S": token}},
+                    **ALL_OLD,
                     **self._capacity(),
                 )
         except ConflictError:
@@ -159,7 +162,7 @@ class FanStore:
         check_item(history_item_size(result_json, attempt.attempt), f"item {idx} of step {name!r}")
         update = (
             "SET #s = :done, #r = :r, idx = :i, #n = :name, finished_at = :f, last_attempt = :a, "
-            "started_at = if_not_exists(started_at, :st), "
+            f"started_at = if_not_exists(started_at, :st), {TOKEN} = :wt, "
             "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
         )
         values = {
@@ -184,7 +187,7 @@ class FanStore:
         status = StepStatus.FAILED if final else StepStatus.RETRYING
         update = (
             "SET #s = :status, #e = :e, idx = :i, #n = :name, last_attempt = :a, "
-            "started_at = if_not_exists(started_at, :st), "
+            f"started_at = if_not_exists(started_at, :st), {TOKEN} = :wt, "
             "attempts = list_append(if_not_exists(attempts, :empty), :att)"
         )
         values = {
@@ -199,14 +202,15 @@ class FanStore:
                 values[":f"] = _n(attempt.finished_at)
                 _transact(self, execution_id, step, idx, shards, update, MAY_RECORD_FAILURE, names, values, "failed")
                 return True
-            with mapped(f"table {self._table}"):
+            with conditional(f"table {self._table}", values[":wt"]["S"]):
                 self._db.update_item(
                     TableName=self._table,
                     Key=item_key(execution_id, step, idx, shards),
                     UpdateExpression=update,
-                    ConditionExpression=MAY_RECORD_FAILURE,
+                    ConditionExpression=f"{MAY_RECORD_FAILURE} AND {NOT_THIS_WRITE}",
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues={k: v for k, v in values.items() if k != ":failed"},
+                    **ALL_OLD,
                     **self._capacity(),
                 )
         except ConflictError:
@@ -247,6 +251,7 @@ def _attempt_values(idx: int, name: str, attempt: Attempt) -> dict[str, Any]:
         ":st": _n(attempt.started_at),
         ":empty": {"L": []},
         ":att": {"L": [{"S": canonical_json(attempt.to_dict())}]},
+        ":wt": {"S": new_token()},
     }
 
 
@@ -263,8 +268,11 @@ def _transact(
     counter: str,
 ) -> None:
     """The item's write and the join's count, both or neither. ``ClientRequestToken`` makes
-    botocore's resend of a request whose answer was lost a no-op, so nothing counts twice."""
+    botocore's resend of a request whose answer was lost a no-op, so nothing counts twice;
+    where a resend is evaluated again all the same, the item's write token says it landed."""
+    condition = f"{condition} AND {NOT_THIS_WRITE}"
     used = {k: v for k, v in values.items() if k in update or k in condition}
+    token = values[":wt"]["S"]
     item_update = {
         "TableName": table._table,
         "Key": item_key(execution_id, step, idx, shards),
@@ -286,7 +294,7 @@ def _transact(
     try:
         table._db.transact_write_items(
             TransactItems=[{"Update": item_update}, {"Update": count}],
-            ClientRequestToken=uuid.uuid4().hex,
+            ClientRequestToken=token,
             **table._capacity(),
         )
     except ClientError as exc:
@@ -297,19 +305,13 @@ def _transact(
         codes = [str(r.get("Code", "")) for r in reasons]
         if "ConditionalCheckFailed" in codes or "ConditionalCheckFailed" in str(exc):
             old = reasons[0].get("Item") if reasons else None
+            if carries(old, token):
+                return  # our own earlier try landed, its count with it (one transaction)
             current = None if old is None else step_record(execution_id, dict(old))
             raise ConflictError(f"item {idx} of step {step} refused the write", current=current) from exc
         if any(c in ("ThrottlingError", "TransactionConflict", "ProvisionedThroughputExceeded") for c in codes):
             raise TransientError(f"item {idx} of step {step}: transaction cancelled ({codes})") from exc
         raise
-
-
-def _old_item(exc: ConflictError) -> dict[str, Any] | None:
-    cause = exc.__cause__
-    if isinstance(cause, ClientError):
-        item = cause.response.get("Item")
-        return item if isinstance(item, dict) else None
-    return None
 
 
 __all__ = ["FanStore", "item_key", "join_key"]

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from engine.adapters.aws_errors import mapped
+from engine.adapters.write_token import ALL_OLD, TOKEN, conditional, new_token
 from engine.errors import ConflictError
 
 
@@ -20,14 +21,22 @@ class DynamoLedger:
         return {"PK": {"S": f"LEDGER#{execution_id}"}, "SK": {"S": f"EFFECT#{step}"}}
 
     def apply(self, key: str, effect: dict[str, Any]) -> bool:
+        """Land ``effect`` once under ``key``: False (and a duplicate counted) if it had landed.
+        A resend of this call's own write (its answer lost) is not a duplicate."""
+        token = new_token()
         try:
-            with mapped(f"table {self._table}"):
+            with conditional(f"table {self._table}", token):
                 self._db.update_item(
                     TableName=self._table,
                     Key=self._key(key),
-                    UpdateExpression="SET effect = :e, idempotency_key = :k",
+                    UpdateExpression=f"SET effect = :e, idempotency_key = :k, {TOKEN} = :wt",
                     ConditionExpression="attribute_not_exists(effect)",
-                    ExpressionAttributeValues={":e": {"S": json.dumps(effect, sort_keys=True)}, ":k": {"S": key}},
+                    ExpressionAttributeValues={
+                        ":e": {"S": json.dumps(effect, sort_keys=True)},
+                        ":k": {"S": key},
+                        ":wt": {"S": token},
+                    },
+                    **ALL_OLD,
                 )
         except ConflictError:
             with mapped(f"table {self._table}"):

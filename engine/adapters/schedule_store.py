@@ -6,23 +6,21 @@
 One partition for every cursor, so a sweep reads them all with one Query (a strongly
 consistent read of a few hundred bytes each: 1 RCU per 4 KB). Writes are conditional on the
 cursor's version and carry a write token, like every conditional write (DESIGN.md, "Write
-tokens"): a refusal by an item holding our token was our own earlier try.
+tokens", engine/adapters/write_token.py): a refusal by an item holding our token was our own
+earlier try.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from engine.adapters.aws_errors import mapped
+from engine.adapters.write_token import ALL_OLD, TOKEN, conditional, new_token
 from engine.state import ScheduleCursor
 
 PK, SK = "PK", "SK"
 SCHEDULES_PARTITION = "LOOM#SCHEDULES"
-TOKEN = "wt"
-ALL_OLD = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
 
 def schedule_key(workflow: str) -> dict[str, Any]:
@@ -34,8 +32,6 @@ class _Table(Protocol):
     _table: str
 
     def _capacity(self) -> dict[str, str]: ...
-
-    def _conditional(self, token: str, decode: Callable[[dict[str, Any]], object]) -> AbstractContextManager[None]: ...
 
 
 def _n(value: float | int) -> dict[str, str]:
@@ -84,7 +80,7 @@ class ScheduleStore:
         return sorted(found, key=lambda c: c.workflow)
 
     def put_schedule(self: _Table, cursor: ScheduleCursor, *, expected_version: int | None) -> None:
-        token = uuid.uuid4().hex
+        token = new_token()
         if expected_version is None:
             condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(PK)"}
         else:
@@ -92,15 +88,16 @@ class ScheduleStore:
                 "ConditionExpression": "version = :v",
                 "ExpressionAttributeValues": {":v": _n(expected_version)},
             }
-        with self._conditional(token, cursor_from):
+        with conditional(f"table {self._table}", token, cursor_from):
             self._db.put_item(
                 TableName=self._table, Item=cursor_item(cursor, token), **condition, **ALL_OLD, **self._capacity()
             )
 
     def delete_schedule(self: _Table, workflow: str, *, expected_version: int) -> None:
-        # A delete leaves no item to carry a token: a resent delete finds nothing and is refused
-        # with no item returned, which is the delete having happened.
-        with self._conditional("", cursor_from):
+        # A delete leaves no item to carry its token: a resent delete finds nothing, which its
+        # condition allows (the delete having happened), so only another writer's cursor refuses it.
+        token = new_token()
+        with conditional(f"table {self._table}", token, cursor_from):
             self._db.delete_item(
                 TableName=self._table,
                 Key=schedule_key(workflow),

@@ -150,6 +150,7 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
     if args.plan:
         plan = make_plan(args.executions, args.seed)
         print(f"plan digest {plan.digest}: {dict(plan.counts())}")
+        print(f"kinds: {dict(sorted(plan.kinds().items()))}; expected ends: {plan.expected_by_kind()}")
         for f in plan.faults:
             print(f"  t+{f.at:5.1f}s {f.kind:12} {f.params}")
         return 0

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from engine.limits import DYNAMODB_ITEM_LIMIT
+from functions import wiring
 from tests.integration.api_support import Functions, url_event
 
 pytestmark = pytest.mark.integration
@@ -405,3 +406,20 @@ def test_dlq_redrive_handles_one_execution_once_per_pass(fn: Functions) -> None:
     assert sorted(r["action"] for r in results) == ["dropped", "redriven"]
     assert len(fn.receive()) == 1
     assert fn.counts()["DeadLetterQueue"] == 0
+
+
+def test_redriving_a_failed_child_whose_parent_failed_is_409_naming_the_parent(
+    aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wiring.reset()
+    fn = Functions(aws, monkeypatch, LOOM_WORKFLOW_MODULES="workflows,tests.integration.child_redrive_workflows")
+    start(fn, "redrive_family", {}, "fam")
+    fn.drain()
+    assert fn.api("GET", "/executions/fam")[1]["status"] == "FAILED"
+    assert fn.api("GET", "/executions/fam--0-1")[1]["status"] == "FAILED"
+    message = assert_error(fn.api("POST", "/executions/fam--0-1/redrive"), 409, "parent_decides")
+    assert "'fam'" in message and "re-drive 'fam' instead" in message
+    assert fn.api("GET", "/executions/fam--0-1")[1]["status"] == "FAILED", "nothing written"
+    assert fn.receive() == [], "nothing sent"
+    assert fn.api("POST", "/executions/fam/redrive")[0] == 200
+    wiring.reset()

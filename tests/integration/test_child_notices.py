@@ -12,6 +12,7 @@ from engine import NonRetryableError, Registry, RetryPolicy, step
 from engine.adapters.dlq import SqsDeadLetters
 from engine.children import child_id
 from engine.dead_letters import redrive
+from engine.errors import ParentDecides
 from engine.workflow import child
 from tests.integration.engine_support import add_workflow, dead_letters
 
@@ -114,3 +115,43 @@ def test_one_dlq_redrive_of_a_failed_parent_and_its_failed_child_runs_the_childs
     assert rig.status(old_kid) == "FAILED", "nobody waits on the old child: it is not revived"
     work = [(e, a) for e, i, a in rec.runs if e.startswith("n3--")]
     assert work == [(old_kid, 1), (child_id("n3", 0, 2), 1)], "the child's work ran once after the redrive"
+
+
+def test_a_failed_child_whose_parent_has_decided_cannot_be_redriven_alone(rig, rec, fixed):
+    """Redriving a FAILED child directly (API, CLI) revived it while nobody waited on it: the
+    parent had failed (or retried with a fresh child). It is refused, naming the parent, and
+    nothing is written or sent; re-driving the parent runs the child's work once, in a new child."""
+    global broken
+    rig.engine.start("shaky_family", {}, execution_id="d1")
+    rig.driver.pump()
+    old_kid = child_id("d1", 0, 1)
+    assert rig.status("d1") == "FAILED" and rig.status(old_kid) == "FAILED"
+    before, sent = rig.engine.get(old_kid), len(rig.queue.sent)
+    with pytest.raises(ParentDecides) as refused:
+        rig.engine.redrive_failed(old_kid)
+    assert "'d1'" in refused.value.message and "FAILED" in refused.value.message
+    assert refused.value.details["parent"] == "d1"
+    assert rig.engine.get(old_kid) == before and len(rig.queue.sent) == sent, "nothing written or sent"
+    broken = False
+    rig.engine.redrive_failed("d1")
+    rig.driver.pump()
+    assert rig.status("d1") == "COMPLETED" and rig.status(old_kid) == "FAILED"
+    work = [(e, a) for e, i, a in rec.runs if e.startswith("d1--")]
+    assert work == [(old_kid, 1), (child_id("d1", 0, 2), 1)]
+
+
+def test_a_failed_child_its_parent_still_waits_on_can_be_redriven(rig, rec, fixed):
+    """Before its parent took the end notice, the parent still waits on it: reviving it is the
+    parent's wait going on, and the parent ends with the revived child's result, once."""
+    global broken
+    rig.engine.start("shaky_family", {}, execution_id="d2")
+    rig.driver.deliver(rig.driver.receive(1))  # the parent starts the child and parks WAITING
+    rig.driver.deliver(rig.driver.receive(1))  # the child fails; its notice is queued
+    kid = child_id("d2", 0, 1)
+    assert rig.status(kid) == "FAILED" and rig.status("d2") == "WAITING"
+    broken = False
+    assert rig.engine.redrive_failed(kid).status.value == "RUNNING"
+    rig.driver.pump()  # the old notice finds the child running and changes nothing
+    assert rig.status(kid) == "COMPLETED" and rig.status("d2") == "COMPLETED"
+    assert [(e, a) for e, i, a in rec.runs if e.startswith("d2--")] == [(kid, 1), (kid, 2)]
+    assert rec.count("d2") == 1, "the parent's next step ran once"

@@ -1,0 +1,174 @@
+"""Every conditional write the adapters make, named, and a lost answer on each changes nothing.
+
+DynamoDB applied the write, its answer was lost (a timeout, a 500), and botocore sent the very
+same request again (DESIGN.md, "Write tokens"). ``KINDS`` names every write by its site
+(tests/integration/write_sites.py) and the workload scenario that makes it
+(tests/integration/write_workload.py). Three checks keep the list whole:
+
+- every store-write call in engine/ is the innermost part of a named kind (static);
+- the workload makes every named kind, and no conditional write it makes is unnamed;
+- a lost answer on each kind ends its scenario exactly as the scenario ends without the fault.
+
+The moto here honours ``ClientRequestToken`` on TransactWriteItems as DynamoDB does
+(loom/local/moto_tokens.py, which the local stack's emulator applies too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from moto.dynamodb.responses import DynamoHandler
+
+from engine.adapters.ledger import DynamoLedger
+from loom.local import moto_tokens
+from loom.testing import WorkflowTest
+from tests.integration.write_sites import LEDGER_WRITE, LostAt, Sites, innermost, static_sites
+from tests.integration.write_workload import SCENARIOS, World, outcome, registry
+
+pytestmark = pytest.mark.integration
+
+# site -> the scenario whose run makes it (the first write of that site in the run is the one lost)
+KINDS: dict[str, str] = {
+    "DynamoLedger.apply": "fulfillment",
+    "DynamoStore.commit_item <- fanout._attempt <- fanout.run_item": "parallel",
+    "DynamoStore.commit_step <- callbacks._succeed <- callbacks.complete": "webhook",
+    "DynamoStore.commit_step <- catching._run_marked <- catching.run": "composite_caught",
+    "DynamoStore.commit_step <- compensation._run_marked <- compensation.run": "saga",
+    "DynamoStore.commit_step <- fan_undo._run_marked <- fan_undo.run": "parallel",
+    "DynamoStore.commit_step <- fanout._join_success <- fanout.finish": "parallel",
+    "DynamoStore.commit_step <- parking.commit_result <- children.resolve": "children",
+    "DynamoStore.commit_step <- parking.commit_result <- signals.deliver": "approval",
+    "DynamoStore.commit_step <- steps.run_step <- runner.handle_link": "fulfillment",
+    "DynamoStore.commit_step <- steps.run_step <- runner.run_guarded": "fulfillment",
+    "DynamoStore.commit_step <- steps.wake <- sweeper.sweep_one": "fulfillment",
+    "DynamoStore.consume_signal <- parking.consume_committed <- parking.finish_committed": "signal_repeat",
+    "DynamoStore.consume_signal <- signals.deliver.<locals>.consume <- parking.commit_result": "approval",
+    "DynamoStore.create_execution <- lifecycle.start <- children._start_child": "children",
+    "DynamoStore.create_execution <- lifecycle.start <- fan_children.await_child": "kid_items",
+    "DynamoStore.create_execution <- lifecycle.start <- runtime.Engine.start": "fulfillment",
+    "DynamoStore.decide_join <- fan_undo.run <- runner.undo": "cancel_map",
+    "DynamoStore.decide_join <- fanout.finish <- fanout.after_final": "parallel",
+    "DynamoStore.fail_item <- fanout._failed <- fanout._attempt": "items",
+    "DynamoStore.note_parked <- sweeper.Backlog.parked_since <- sweeper._judge": "lost_message",
+    "DynamoStore.open_join <- fanout.open_fanout <- fanout.drive": "parallel",
+    "DynamoStore.put_execution <- attempts.advance <- catching._run_marked": "composite_caught",
+    "DynamoStore.put_execution <- attempts.advance <- fanout._join_success": "parallel",
+    "DynamoStore.put_execution <- attempts.advance <- steps.run_step": "fulfillment",
+    "DynamoStore.put_execution <- attempts.advance <- steps.wake": "fulfillment",
+    "DynamoStore.put_execution <- attempts.fail_execution <- attempts.fail_attempt": "poison",
+    "DynamoStore.put_execution <- attempts.schedule_retry <- attempts.fail_attempt": "payment_retry",
+    "DynamoStore.put_execution <- attempts.schedule_retry <- catching._fail.<locals>.<lambda>": "caught",
+    "DynamoStore.put_execution <- callbacks._heartbeat <- callbacks.complete": "callbacks",
+    "DynamoStore.put_execution <- catching.run <- runner.handle_link": "composite_caught",
+    "DynamoStore.put_execution <- compensation._schedule_retry <- compensation.fail_attempt.<locals>.<lambda>": "undoes",  # noqa: E501
+    "DynamoStore.put_execution <- compensation.advance <- compensation._run_marked": "saga",
+    "DynamoStore.put_execution <- compensation.advance <- fan_undo._next": "parallel",
+    "DynamoStore.put_execution <- compensation.run <- runner.undo": "saga",
+    "DynamoStore.put_execution <- control.redrive_failed <- runtime.Engine.redrive_failed": "redrive",
+    "DynamoStore.put_execution <- escalation.begin_catch <- escalation.escalate": "composite_caught",
+    "DynamoStore.put_execution <- escalation.begin_compensation <- escalation.escalate": "saga",
+    "DynamoStore.put_execution <- escalation.give_up_compensation <- compensation.fail_attempt.<locals>.<lambda>": "undoes",  # noqa: E501
+    "DynamoStore.put_execution <- fan_undo._next <- fan_undo._run_marked": "parallel",
+    "DynamoStore.put_execution <- fan_undo._retry <- fan_undo._failed": "undo_items",
+    "DynamoStore.put_execution <- fan_undo.run <- runner.undo": "parallel",
+    "DynamoStore.put_execution <- fanout.hand_to_items <- fanout.open_fanout": "parallel",
+    "DynamoStore.put_execution <- fanout.keep_lease <- fanout.after_final": "slow_map",
+    "DynamoStore.put_execution <- fanout.open_fanout <- fanout.drive": "parallel",
+    "DynamoStore.put_execution <- fanout.resume <- fanout.drive": "crash_fanout",
+    "DynamoStore.put_execution <- lifecycle.cancel <- lifecycle.cancel_child": "cascade",
+    "DynamoStore.put_execution <- lifecycle.cancel <- runtime.Engine.cancel": "cancel_plain",
+    "DynamoStore.put_execution <- parking.finish <- callbacks._advance": "webhook",
+    "DynamoStore.put_execution <- parking.finish <- parking.commit_result": "approval",
+    "DynamoStore.put_execution <- parking.finish <- parking.finish_committed": "signal_repeat",
+    "DynamoStore.put_execution <- parking.park <- callbacks._submit": "webhook",
+    "DynamoStore.put_execution <- parking.park <- callbacks.begin": "webhook",
+    "DynamoStore.put_execution <- parking.park <- children.begin": "children",
+    "DynamoStore.put_execution <- parking.park <- signals.begin": "approval",
+    "DynamoStore.put_execution <- parking.park <- waits.expire": "heartbeat_missed",
+    "DynamoStore.put_execution <- polls.not_yet <- steps.run_step": "webhook",
+    "DynamoStore.put_execution <- runner.run_guarded <- runner.handle_link": "fulfillment",
+    "DynamoStore.put_execution <- sweeper._unindex <- sweeper.sweep_one": "composite",
+    "DynamoStore.put_execution <- sweeper.sweep_one <- sweeper._sweep_guarded": "lost_message",
+    "DynamoStore.put_signal <- signals.send <- runtime.Engine.signal": "approval",
+    "DynamoStore.record_failure <- attempts.record_failure <- attempts.fail_attempt": "payment_retry",
+    "DynamoStore.record_failure <- attempts.record_failure <- attempts.fail_phase_attempt": "composite_unwound",
+    "DynamoStore.record_failure <- fan_undo._failed <- fan_undo._run_marked": "undo_items",
+    "DynamoStore.record_failure <- lifecycle.first_to_undo <- lifecycle.cancel": "cancel_fenced",
+}
+
+_FAILURE = "DynamoStore.record_failure <- attempts.record_failure <- attempts.fail_attempt"
+# Kinds that share a site with another (the same engine path, reached from another primitive):
+# name -> (site, scenario, which of the site's applied writes in the scenario is lost).
+SHARED: dict[str, tuple[str, str, int]] = {
+    "callback fail": (_FAILURE, "callbacks", 1),
+    "callback retry": ("DynamoStore.put_execution <- attempts.schedule_retry <- attempts.fail_attempt", "callbacks", 1),
+    "callback timeout": (_FAILURE, "callbacks", 2),
+    "heartbeat timeout": (_FAILURE, "heartbeat_missed", 1),
+    "signal timeout": (_FAILURE, "signal_late", 1),
+    "item final failure (transaction)": ("DynamoStore.fail_item <- fanout._failed <- fanout._attempt", "items", 4),
+    "second child start": ("DynamoStore.create_execution <- lifecycle.start <- children._start_child", "children", 2),
+}
+CASES = {site: (site, scenario, 1) for site, scenario in KINDS.items()} | SHARED
+
+
+@dataclass
+class Bench:
+    t: WorkflowTest
+    world: World
+    sites: Sites
+    lost: LostAt
+
+    def drive(self, scenario: str, eid: str) -> object:
+        self.sites.scenario = scenario
+        began = self.t.clock.now()
+        SCENARIOS[scenario](self.t, self.world, eid)
+        # The virtual time it took: a write taken for another's waits for a lease or a timeout.
+        return {"ended": outcome(self.t, eid), "took": self.t.clock.now() - began}
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
+    monkeypatch.setattr(DynamoHandler, "transact_write_items", moto_tokens.transact_write_items)
+    moto_tokens.forget()
+    world = World()
+    with WorkflowTest(registry(world), backend="moto") as t:
+        world.t = t
+        client = t.store._db  # type: ignore[attr-defined]
+        t.engine.services = {"ledger": DynamoLedger(client, t.store._table)}  # type: ignore[attr-defined]
+        yield Bench(t, world, Sites(client), LostAt(client))
+
+
+def test_every_store_write_in_the_engine_is_a_named_kind() -> None:
+    named = {innermost(site) for site in KINDS if site != LEDGER_WRITE}
+    assert static_sites() - named == set(), "a conditional write site in engine/ that KINDS does not name"
+    assert named - static_sites() == set(), "KINDS names a site engine/ no longer has"
+
+
+def test_the_workload_makes_every_named_write_and_no_unnamed_one(bench: Bench) -> None:
+    for scenario in SCENARIOS:
+        bench.drive(scenario, f"w-{scenario}")
+    unnamed = set(bench.sites.seen) - set(KINDS)
+    assert unnamed == set(), f"conditional writes no kind names: {sorted(unnamed)}"
+    never = set(KINDS) - set(bench.sites.seen)
+    assert never == set(), f"named writes the workload never made: {sorted(never)}"
+    for site, scenario in KINDS.items():
+        assert site in bench.sites.by_scenario.get(scenario, set()), (site, scenario)
+
+
+# A scenario's outcome without a fault, once per process: it does not depend on what ran before
+# it in the table (every case starts from an emptied one; the ids are replaced by X).
+_CALM: dict[str, object] = {}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_lost_answer_on_any_conditional_write_changes_nothing(bench: Bench, case: str) -> None:
+    site, scenario, nth = CASES[case]
+    calm = _CALM.get(scenario)
+    if calm is None:
+        calm = _CALM[scenario] = bench.drive(scenario, "calm")
+    bench.lost.arm(site, nth)
+    lossy = bench.drive(scenario, "lost")
+    assert bench.lost.lost == [site], "the scenario never made that write"
+    assert lossy == calm

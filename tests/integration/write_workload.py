@@ -1,0 +1,528 @@
+"""A workload that makes every conditional write the engine has, and what an execution ended as.
+
+Each scenario drives one execution (and whatever it starts) to its end on the moto table,
+playing the outside world (callbacks, signals, cancels, redrives, lost messages) where the
+workflow waits on it. The examples (workflows/), the chaos kit's composite and a few
+workflows of our own that reach the rarer paths (a heartbeat, a failed undo, a failed catch,
+a map longer than the lease...) together reach every write site (tests/integration/write_sites.py).
+
+``outcome`` is everything about how an execution ended that a lost write answer must not
+change: status, context, error, history (every record's attempts), the fan-out items and join,
+the children, the signals, the ledger's effects, runs and duplicates, the dead letters. The
+execution's id is replaced by ``X`` so that two runs of a scenario compare equal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import chaos.workflows  # noqa: F401  (registers the chaos workflows in default_registry)
+import workflows  # noqa: F401  (registers the examples in default_registry)
+from engine import NonRetryableError, Registry, RetryPolicy, StepContext, default_registry, step
+from engine.adapters.ledger import DynamoLedger
+from engine.fanout_spec import map, parallel
+from engine.lifecycle import child_id
+from engine.state import Execution
+from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
+from loom.testing import StillRunning, WorkerDied, WorkflowTest
+
+EXAMPLES = (
+    "order_fulfillment",
+    "payment_retry",
+    "poison_pill",
+    "order_approval",
+    "payment_webhook",
+    "warehouse_pick",
+    "courier_booking",
+    "order_with_children",
+    "order_saga",
+    "order_parallel",
+    "price_lines",
+    "chaos_composite",
+    "chaos_composite_screen",
+    "chaos_fanout",
+)
+QUICK = RetryPolicy(max_attempts=3, base=1, max_delay=1, jitter="none")
+ONCE = RetryPolicy(max_attempts=1)
+
+
+@dataclass
+class World:
+    """The outside world of the workload's own workflows: tokens handed out, a clock to spend."""
+
+    tokens: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    t: WorkflowTest | None = None
+
+    def submit(self, ctx: StepContext, token: str) -> None:
+        self.tokens[ctx.execution_id].append(token)
+
+    def ledger(self, ctx: StepContext) -> DynamoLedger:
+        ledger: DynamoLedger = ctx.services["ledger"]
+        return ledger
+
+    def first_run_fails(self, name: str, *, retryable: bool = True) -> Callable[[StepContext], dict[str, Any]]:
+        """Fails the first time it runs for its idempotency key, then lands its effect."""
+
+        def run(ctx: StepContext) -> dict[str, Any]:
+            ledger = self.ledger(ctx)
+            if ledger.ran(ctx.idempotency_key) == 1:
+                raise (RuntimeError if retryable else NonRetryableError)(f"{name}: first run fails")
+            ledger.apply(ctx.idempotency_key, {"kind": name})
+            return {name: True}
+
+        run.__name__ = name
+        return run
+
+    def lands(self, name: str) -> Callable[[StepContext], dict[str, Any]]:
+        def run(ctx: StepContext) -> dict[str, Any]:
+            self.ledger(ctx).apply(ctx.idempotency_key, {"kind": name})
+            return {name: True}
+
+        run.__name__ = name
+        return run
+
+    def refuses(self, name: str) -> Callable[..., dict[str, Any]]:
+        def run(ctx: StepContext, *_: Any) -> dict[str, Any]:
+            self.ledger(ctx).ran(ctx.idempotency_key)
+            raise NonRetryableError(f"{name} refuses")
+
+        run.__name__ = name
+        return run
+
+    def slow_item(self, ctx: StepContext) -> dict[str, Any]:
+        """A map item that takes 40 s of the virtual clock: three of them outlast the lease."""
+        assert self.t is not None
+        self.t.clock.advance(40)
+        self.ledger(ctx).apply(ctx.idempotency_key, {"kind": "slow", "item": ctx.item})
+        return {"item": ctx.item}
+
+    def flaky_item(self, ctx: StepContext) -> Any:
+        """Item 0 fails once (then succeeds), item 1 fails for good, the others succeed."""
+        ledger = self.ledger(ctx)
+        runs = ledger.ran(ctx.idempotency_key)
+        if ctx.item == 1 or (ctx.item == 0 and runs == 1):
+            raise RuntimeError(f"item {ctx.item} fails (run {runs})")
+        ledger.apply(ctx.idempotency_key, {"kind": "item", "item": ctx.item})
+        return ctx.item
+
+    def caught(self, ctx: StepContext, error: dict[str, Any]) -> dict[str, Any]:
+        ledger = self.ledger(ctx)
+        if ledger.ran(ctx.idempotency_key) == 1:
+            raise RuntimeError("the catch handler fails once")
+        ledger.apply(ctx.idempotency_key, {"kind": "caught", "error": error.get("type")})
+        return {"caught": True}
+
+
+def registry(world: World) -> Registry:
+    reg = Registry()
+    for name in EXAMPLES:
+        reg.add(default_registry.get(name))
+    undo = world.first_run_fails("undo_once")
+    specs = [
+        build_spec("mend", [world.lands("a"), world.first_run_fails("mend_me", retryable=False)], ONCE),
+        build_spec("early", [world.lands("a"), wait_for_signal("go"), world.lands("b")]),
+        build_spec(
+            "callbacks",
+            [
+                wait_for_callback("refused", submit=world.submit, timeout=3600, retry=QUICK),
+                wait_for_callback("beat", submit=world.submit, timeout=86_400, heartbeat_timeout=600, retry=QUICK),
+                wait_for_callback("late", submit=world.submit, timeout=600, retry=QUICK),
+                world.lands("after"),
+            ],
+        ),
+        build_spec(
+            "beats",
+            [wait_for_callback("beat", submit=world.submit, heartbeat_timeout=600, retry=QUICK), world.lands("after")],
+        ),
+        build_spec("signal_late", [wait_for_signal("go", timeout=600, retry=QUICK), world.lands("after")]),
+        build_spec(
+            "undoes",
+            [
+                step(world.lands("one"), compensate=world.refuses("undo_never"), compensate_retry=ONCE),
+                step(world.lands("two"), compensate=undo, compensate_retry=QUICK),
+                world.refuses("ship"),
+            ],
+            QUICK,
+        ),
+        build_spec("caught", [world.lands("a"), step(world.refuses("risky"), catch=world.caught)], QUICK),
+        build_spec(
+            "uncaught",
+            [
+                step(world.lands("a"), compensate=world.lands("undo_a")),
+                step(world.refuses("risky"), catch=world.refuses("handler")),
+            ],
+            QUICK,
+        ),
+        build_spec(
+            "items",
+            [
+                map(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", tolerated_failures=1),
+                world.lands("z"),
+            ],
+            QUICK,
+        ),
+        build_spec(
+            "slow_map",
+            [map(items=lambda ctx: [0, 1, 2, 3], run=world.slow_item, name="slow", max_concurrency=1)],
+            QUICK,
+        ),
+        build_spec(
+            "undo_items",
+            [
+                map(
+                    items=lambda ctx: [0, 1, 2],
+                    run=step(world.lands("line"), compensate=world.first_run_fails("unline"), compensate_retry=QUICK),
+                    name="lines",
+                ),
+                world.refuses("ship"),
+            ],
+            QUICK,
+        ),
+        build_spec(
+            "held_map",
+            [
+                map(
+                    items=lambda ctx: [0, 1, 2],
+                    run=step(world.lands("line"), compensate=world.lands("unline")),
+                    name="lines",
+                    max_concurrency=1,
+                )
+            ],
+            QUICK,
+        ),
+        build_spec("kid_items", [map(items=lambda ctx: [0, 1], run=child("warehouse_pick"), name="kids")], QUICK),
+        build_spec("waiting_kid", [wait_for_signal("go"), world.lands("kid_after")]),
+        build_spec("family", [child("waiting_kid"), world.lands("after")], QUICK),
+        build_spec("sagalet", [step(world.lands("hold"), compensate=world.lands("unhold")), wait_for_signal("go")]),
+        build_spec("fenced", [step(world.lands("hold"), compensate=world.lands("unhold")), world.lands("next")]),
+        build_spec(
+            "polled", [wait_until(_settles, every=timedelta(minutes=1), timeout=3600, name="settle"), world.lands("z")]
+        ),
+        build_spec("crashy", [world.lands("a"), step(world.lands("b"), semantics="at_most_once")], QUICK),
+        build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
+        build_spec(
+            "one_by_one",
+            [map(items=lambda ctx: [0, 1, 2], run=world.lands("i"), name="each", max_concurrency=1)],
+            QUICK,
+        ),
+    ]
+    for spec in specs:
+        reg.add(spec)
+    return reg
+
+
+def _settles(ctx: StepContext) -> Any:
+    runs = ctx.services["ledger"].ran(f"{ctx.execution_id}:settle.checks")
+    return NOT_YET if runs < 3 else {"settled": runs}
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def _ledger_token(t: WorkflowTest, eid: str) -> str:
+    """The newest callback token an example handed its provider (the ledger is its inbox)."""
+    ledger: DynamoLedger = t.engine.services["ledger"]
+    requests = [(k, v) for k, v in ledger.effects(eid).items() if v.get("kind") == "payment_request"]
+    return str(max(requests)[1]["callback_token"])
+
+
+def _until_waiting(t: WorkflowTest, eid: str) -> Execution:
+    ex = t.run(eid)
+    assert ex is not None and ex.status.value == "WAITING", ex
+    return ex
+
+
+def plain(workflow: str, data: dict[str, Any] | None = None) -> Callable[[WorkflowTest, World, str], None]:
+    def drive(t: WorkflowTest, world: World, eid: str) -> None:
+        t.start(workflow, dict(data or {}), execution_id=eid)
+        t.run(eid)
+
+    return drive
+
+
+def approval(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("order_approval", {"order_id": "o1"}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.signal(eid, "approval", {"approved": True, "approver": "ann"})
+    t.run(eid)
+
+
+def webhook(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("payment_webhook", {"order_id": "o2", "amount": 7, "settle_after": 2}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.complete_callback(_ledger_token(t, eid), {"paid": 7})
+    t.run(eid)
+
+
+def composite(data: dict[str, Any]) -> Callable[[WorkflowTest, World, str], None]:
+    def drive(t: WorkflowTest, world: World, eid: str) -> None:
+        t.start("chaos_composite", {"lines": 3, **data}, execution_id=eid)
+        _until_waiting(t, eid)
+        t.complete_callback(_ledger_token(t, eid), {"paid": True})
+        t.run(eid)
+
+    return drive
+
+
+def redrive(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("mend", {}, execution_id=eid)
+    assert t.run(eid).status.value == "FAILED"  # type: ignore[union-attr]
+    t.engine.redrive_failed(eid)
+    t.run(eid)
+
+
+def early_signal(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("early", {}, execution_id=eid)
+    t.signal(eid, "go", {"early": True})  # kept: the wait is not there yet
+    t.run(eid)
+
+
+def callbacks(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("callbacks", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.fail_callback(world.tokens[eid][-1], "Refused", "no")  # attempt 1 fails, its retry asks again
+    _until_waiting(t, eid)
+    t.complete_callback(world.tokens[eid][-1], {"refused": "then accepted"})
+    _until_waiting(t, eid)
+    t.clock.advance(300)
+    t.heartbeat(world.tokens[eid][-1])
+    t.clock.advance(300)
+    t.complete_callback(world.tokens[eid][-1], {"beat": "done"})
+    _until_waiting(t, eid)
+    t.clock.advance(601)
+    t.engine.sweep()  # "late" times out, its retry waits again
+    _until_waiting(t, eid)
+    t.complete_callback(world.tokens[eid][-1], {"late": "on the retry"})
+    t.run(eid)
+
+
+def heartbeat_missed(t: WorkflowTest, world: World, eid: str) -> None:
+    """No heartbeat within its timeout: the sweeper claims the wait, records the timeout, retries."""
+    t.start("beats", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.clock.advance(601)
+    t.engine.sweep()
+    _until_waiting(t, eid)
+    t.complete_callback(world.tokens[eid][-1], {"beat": "on the retry"})
+    t.run(eid)
+
+
+def signal_late(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("signal_late", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.clock.advance(601)
+    t.engine.sweep()  # the wait times out; attempt 2 waits again
+    _until_waiting(t, eid)
+    t.signal(eid, "go", {"at": "attempt 2"})
+    t.run(eid)
+
+
+def family(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("family", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.run()  # the child parks on its signal
+    t.signal(child_id(eid, 0, 1), "go", {})
+    t.run(eid)
+
+
+def cascade(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("family", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.run()
+    t.engine.cancel(eid)
+    t.run()
+
+
+def cancel_undo(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("sagalet", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.engine.cancel(eid, compensate=True)
+    t.run(eid)
+
+
+def cancel_map(t: WorkflowTest, world: World, eid: str) -> None:
+    """A cancel with compensate mid-map: the join is fenced, the committed item undone."""
+    t.start("held_map", {}, execution_id=eid)
+    try:
+        t.run(eid, max_deliveries=2)  # the open, then item 0
+    except StillRunning:
+        pass
+    t.engine.cancel(eid, compensate=True)
+    t.run(eid)
+
+
+def cancel_fenced(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("fenced", {}, execution_id=eid)
+    t.engine.cancel(eid, compensate=True)  # step 0 has not run: its attempt is fenced
+    t.run()
+
+
+def cancel_plain(t: WorkflowTest, world: World, eid: str) -> None:
+    t.start("early", {}, execution_id=eid)
+    t.engine.cancel(eid)
+    t.run()
+
+
+def lost_message(t: WorkflowTest, world: World, eid: str) -> None:
+    """The first message never arrives while another waits in the queue: the sweeper notes the
+    dead-letter queue's count, postpones for the backlog, then re-drives the lost one."""
+    t.queue.dead_letters.append({"loom": "workload"})  # a count the note has not seen
+    t.start("crashy", {}, execution_id=eid)
+    t.queue.messages.clear()
+    t.start("crashy", {}, execution_id=f"{eid}-other")
+    t.queue.messages[-1].visible_at = t.clock.now() + 10_000  # still waiting when the sweep looks
+    t.clock.advance(2 * t.config.lease_seconds)
+    t.queue.messages[-1].visible_at = t.clock.now()
+    t.engine.sweep()
+    t.run(eid)
+    t.run(f"{eid}-other")
+
+
+def crash_after_step(t: WorkflowTest, world: World, eid: str) -> None:
+    """The worker dies after an at_most_once step ran, before its commit: the lease lapses."""
+    t.crash("after_step", step=1)
+    t.start("crashy", {}, execution_id=eid)
+    t.run(eid)
+
+
+def crash_fanout(t: WorkflowTest, world: World, eid: str) -> None:
+    """The worker dies after an item's commit: the sweeper re-drives the map."""
+    t.crash("after_checkpoint", step=0)
+    t.start("one_by_one", {}, execution_id=eid)
+    t.run(eid)
+
+
+class _DiesAtConsume:
+    """The control plane dies after a signal's commit, before it marks the signal consumed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def consume_signal(self, *args: Any) -> None:
+        raise WorkerDied("the control plane died before the signal was marked consumed")
+
+
+def signal_repeat(t: WorkflowTest, world: World, eid: str) -> None:
+    """The caller's retry of that signal finds the wait committed: it consumes what the commit named."""
+    t.start("early", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    store, t.engine.store = t.engine.store, _DiesAtConsume(t.engine.store)
+    try:
+        t.signal(eid, "go", {"n": 1})
+    except WorkerDied:
+        pass
+    finally:
+        t.engine.store = store
+    t.signal(eid, "go", {"n": 2})
+    t.run(eid)
+
+
+SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
+    "fulfillment": plain("order_fulfillment", {"order_id": "o1", "amount": 5}),
+    "payment_retry": plain("payment_retry", {"order_id": "o1", "amount": 5}),
+    "poison": plain("poison_pill", {"order_id": "o1"}),
+    "approval": approval,
+    "webhook": webhook,
+    "children": plain("order_with_children", {"order_id": "o1"}),
+    "saga": plain("order_saga", {"sku": "s1", "amount": 3}),
+    "saga_ok": plain("order_saga", {"sku": "s1", "amount": 3, "courier": "c"}),
+    "parallel": plain("order_parallel", {"sku": "s1", "amount": 3}),
+    "price_lines": plain("price_lines", {"lines": [{"sku": "a", "qty": 2, "unit_price": 1.5}, {"sku": "b"}]}),
+    "chaos_fanout": plain("chaos_fanout", {"lines": 4}),
+    "composite": composite({}),
+    "composite_caught": composite({"ship": "refuse"}),
+    "composite_unwound": composite({"ship": "refuse", "fallback": "refuse"}),
+    "redrive": redrive,
+    "early_signal": early_signal,
+    "callbacks": callbacks,
+    "signal_late": signal_late,
+    "heartbeat_missed": heartbeat_missed,
+    "undoes": plain("undoes"),
+    "caught": plain("caught"),
+    "uncaught": plain("uncaught"),
+    "items": plain("items"),
+    "slow_map": plain("slow_map"),
+    "undo_items": plain("undo_items"),
+    "kid_items": plain("kid_items"),
+    "family": family,
+    "cascade": cascade,
+    "cancel_undo": cancel_undo,
+    "cancel_map": cancel_map,
+    "cancel_fenced": cancel_fenced,
+    "cancel_plain": cancel_plain,
+    "polled": plain("polled"),
+    "lost_message": lost_message,
+    "crash_after_step": crash_after_step,
+    "crash_fanout": crash_fanout,
+    "signal_repeat": signal_repeat,
+}
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+def outcome(t: WorkflowTest, eid: str) -> Any:
+    """How ``eid`` and everything it started ended, with the id replaced by ``X``."""
+    store: Any = t.store
+    ledger: DynamoLedger = t.engine.services["ledger"]
+    ids = sorted(ex.id for ex in t.engine.list(limit=1000).items if ex.id == eid or ex.id.startswith(f"{eid}-"))
+    found: dict[str, Any] = {}
+    for xid in ids:
+        ex = t.engine.get(xid)
+        records = t.engine.history(xid)
+        found[xid] = {
+            "status": ex.status.value,
+            "step": ex.current_step,
+            "attempt": ex.attempt,
+            "context": ex.context,
+            "error": None if ex.error is None else {k: ex.error.get(k) for k in ("type", "reason", "step")},
+            "wait": ex.wait is not None,
+            "indexed": ex.next_wake_at is not None,
+            "history": [
+                (r.name, r.status.value, r.result, [(a.attempt, a.outcome.value) for a in r.attempts]) for r in records
+            ],
+            "fan": _fan(store, xid, records),
+            "signals": [(s.name, s.payload, s.consumed_by) for s in store.signals(xid)],
+            "ledger": _entries(ledger, xid),
+            "dead_letters": sum(1 for d in t.queue.dead_letters if d.get("execution_id") == xid and "loom" in d),
+        }
+    return json.loads(json.dumps(found, sort_keys=True, default=str).replace(eid, "X"))
+
+
+def _entries(ledger: DynamoLedger, xid: str) -> dict[str, Any]:
+    """The ledger's rows, a callback token (new for each run) left out."""
+    rows = ledger.entries(xid)
+    for row in rows.values():
+        if isinstance(row["effect"], dict):
+            row["effect"].pop("callback_token", None)
+    return rows
+
+
+def _fan(store: Any, xid: str, records: list[Any]) -> list[Any]:
+    out = []
+    for r in records:
+        join = store.get_join(xid, r.index)
+        if join is None or "#" in r.name:
+            continue
+        items = store.fan_items(xid, r.index, join.shards, 0, join.n)
+        out.append(
+            {
+                "step": r.index,
+                "ok": join.ok,
+                "failed": join.failed,
+                "decided": join.decided,
+                "items": [
+                    (i.index, i.status.value, i.result, [(a.attempt, a.outcome.value) for a in i.attempts])
+                    for i in items
+                ],
+            }
+        )
+    return out
