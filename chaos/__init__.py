@@ -20,4 +20,5 @@ SCENARIOS = (
     "saga_compensation",
     "fanout_join",
     "composite_saga",
+    "schedule_overlap",
 )

@@ -13,8 +13,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -459,18 +460,46 @@ class Target:
         return env
 
 
-def sweep_in_subprocesses(target: Target, count: int, *, at: float | None = None) -> list[dict[str, Any]]:
+def sweep_in_subprocesses(
+    target: Target, count: int, *, at: float | None = None, span: float = 0.0
+) -> list[dict[str, Any]]:
     """Run ``count`` sweeper handlers in separate processes, all released at the same instant.
 
     Each process imports the handler and builds its engine first, then waits for
     ``at`` (wall clock), so the sweeps really overlap, as two scheduled Lambda
-    invocations would.
+    invocations would. With ``span`` each process sweeps back to back for that many seconds
+    (its report sums the sweeps', ``sweeps`` says how many).
     """
-    env = {**os.environ, **target.sweeper_env()}
     at = at if at is not None else time.time() + 2.5
-    procs = [
+    return _reports(_sweepers(target, count, ["--at", repr(at), "--for", repr(span)]))
+
+
+def sweep_when_ready(
+    target: Target, count: int, *, span: float, lead: float, before: Callable[[float], None]
+) -> tuple[float, list[dict[str, Any]]]:
+    """As ``sweep_in_subprocesses``, released ``lead`` seconds after every process is ready
+    (its imports done and its first request made), however long that took; ``before(release)``
+    runs first (a scenario moves the clock there). The release instant and the reports."""
+    with tempfile.TemporaryDirectory(prefix="loom-sweep-") as folder:
+        go = Path(folder) / "go"
+        procs = _sweepers(target, count, ["--go", str(go), "--for", repr(span)])
+        deadline = time.monotonic() + 120
+        while len(list(Path(folder).glob("go.ready.*"))) < count:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                break  # a process died or hangs: its report (or its error) says so below
+            time.sleep(0.02)
+        release = time.time() + lead
+        before(release)
+        (Path(folder) / "go.tmp").write_text(repr(release))
+        (Path(folder) / "go.tmp").rename(go)  # all at once: no process reads half a number
+        return release, _reports(procs)
+
+
+def _sweepers(target: Target, count: int, extra: list[str]) -> list[subprocess.Popen[str]]:
+    env = {**os.environ, **target.sweeper_env()}
+    return [
         subprocess.Popen(
-            [sys.executable, "-m", "chaos.sweep_once", "--at", repr(at)],
+            [sys.executable, "-m", "chaos.sweep_once", *extra],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -479,6 +508,9 @@ def sweep_in_subprocesses(target: Target, count: int, *, at: float | None = None
         )
         for _ in range(count)
     ]
+
+
+def _reports(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     reports = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)

@@ -50,6 +50,9 @@ class EngineConfig:
     parked_patience_leases: float = 2.0
     # A sweep stops with this much of its invocation left, so that it sends what it claimed.
     sweep_reserve_seconds: float = 10.0
+    # A schedule's fire time found by a sweep at most this late is on time (a tick's period and
+    # one more for a late or slow tick); later, it was missed, and its ``catch_up`` decides.
+    schedule_grace_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:
@@ -60,6 +63,8 @@ class EngineConfig:
             raise InvalidInput("sweep_limit and sweep_page must be at least 1")
         if self.sweep_period_seconds <= 0:
             raise InvalidInput("sweep_period_seconds must be positive")
+        if self.schedule_grace_seconds < 0:
+            raise InvalidInput("schedule_grace_seconds must not be negative")
         if not 0 <= self.record_reserve_fraction < 1:
             raise InvalidInput("record_reserve_fraction must be at least 0 and below 1")
         if not 0 <= self.max_sqs_delay <= 900:

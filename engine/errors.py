@@ -57,6 +57,12 @@ class WorkflowDefinitionError(LoomError):
     code = "invalid_workflow_definition"
 
 
+class InvalidSchedule(WorkflowDefinitionError, ValueError):
+    """A schedule expression EventBridge would reject (a ValueError too, for the kit's callers)."""
+
+    code = "invalid_schedule"
+
+
 class MalformedToken(InvalidInput):
     """A callback token is not one Loom issued (it cannot even be read)."""
 

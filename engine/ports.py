@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from engine.join import JoinRecord
 from engine.messages import StepMessage
-from engine.state import Attempt, Execution, Signal, StepRecord
+from engine.state import Attempt, Execution, ScheduleCursor, Signal, StepRecord
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,17 @@ class Store(Protocol):
     def note_parked(self, count: int, now: float) -> float:
         """Record the dead-letter queue's message count a sweep saw; since when the stored count
         has been ``count`` (``now`` when it changed, or when two sweeps raced to change it)."""
+
+    # schedules (engine/schedules.py): one cursor per scheduled workflow
+    def schedules(self) -> list[ScheduleCursor]:
+        """Every schedule cursor, read consistently, by workflow name."""
+
+    def put_schedule(self, cursor: ScheduleCursor, *, expected_version: int | None) -> None:
+        """Create (``expected_version`` None: only if absent) or replace the cursor at that version;
+        ``ConflictError`` (``current``: the stored cursor) otherwise."""
+
+    def delete_schedule(self, workflow: str, *, expected_version: int) -> None:
+        """Delete the cursor if it is still at that version; ``ConflictError`` otherwise."""
 
     # fan-out (engine/fanout.py): one join record per fan-out step, one record per item
     def open_join(self, join: JoinRecord) -> JoinRecord:

@@ -3,7 +3,7 @@
     control  (engine/control.py)  start, get, history, list, cancel, redrive_failed
     runner   (engine/runner.py)   handle a step message and chain what follows
     steps    (engine/steps.py)    run one attempt of a step (the kernel: engine/attempts.py)
-    sweeper  (engine/sweeper.py)  wake due sleeps, re-drive lapsed leases
+    sweeper  (engine/sweeper.py)  wake due sleeps, re-drive lapsed leases, fire schedules
     verdicts (engine/verdicts.py) what a message means, decided without I/O
 
 Every state change is a conditional write from the version that was read; the
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import callbacks, control, runner, signals, sweeper
+from engine import callbacks, control, runner, schedules, signals, sweeper
 from engine.clock import Clock
 from engine.config import EngineConfig
 from engine.errors import LoomError
@@ -83,3 +83,12 @@ class Engine:
         self, now: float | None = None, *, first_shard: int | None = None, remaining: Remaining | None = None
     ) -> SweepReport:
         return sweeper.sweep(self, now, first_shard=first_shard, remaining=remaining)
+
+    # schedules (engine/schedules.py): fired by the sweep
+    def next_fires(self) -> dict[str, float | None]:
+        """Each scheduled workflow's next fire time (epoch seconds; None: no fire time left)."""
+        return schedules.next_fires(self, self.clock.now())
+
+    def create_missing_schedules(self) -> int:
+        """Create the schedule cursors a sweep would create now (before a clock jump)."""
+        return schedules.create_missing(self, self.clock.now())

@@ -225,3 +225,27 @@ class Signal:
     payload: dict[str, Any]
     received_at: float
     consumed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleCursor:
+    """Where a scheduled workflow's firings stand (engine/schedules.py): one item per workflow.
+
+    ``next_fire`` is the first fire time not yet claimed (None: the expression has none left).
+    A firing is claimed by moving ``next_fire`` past it and setting ``pending`` to its fire time
+    in one conditional write; its execution is started after that, and ``pending`` is cleared
+    (``last_fired`` set) once the start is known to have happened. A sweeper that dies in
+    between leaves ``pending`` for the next tick, whose start of the same id is idempotent.
+    """
+
+    workflow: str
+    expression: str
+    next_fire: float | None
+    version: int = 1
+    pending: float | None = None
+    last_fired: float | None = None
+    updated_at: float = 0.0
+
+    def moved(self, now: float, **changes: Any) -> ScheduleCursor:
+        """The next version of the cursor with ``changes``."""
+        return replace(self, version=self.version + 1, updated_at=now, **changes)

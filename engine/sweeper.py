@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import attempts, steps, waits
+from engine import attempts, schedules, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
@@ -40,6 +40,10 @@ class SweepReport:
     truncated: bool = False
     # Executions (or sends) that hit an error; they stay due and the next sweep retries them.
     errors: int = 0
+    # Scheduled workflows (engine/schedules.py): executions started, and fire times passed over
+    # without a run of their own (missed in an outage: one catch-up run stands for them, or none).
+    fired: int = 0
+    fires_skipped: int = 0
 
 
 @dataclass
@@ -89,6 +93,9 @@ def sweep(
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).
     outgoing: list[StepMessage] = []
     backlog = Backlog(parts, now)
+    # Schedules first: a firing's first message goes out with its start, not behind the sweep.
+    fires = schedules.fire_due(parts, now, out_of_time)
+    tally.errors += fires.errors
     while active and budget > 0 and not out_of_time():
         for shard, take in plan_round(active, budget, cfg.sweep_page):
             if out_of_time():
@@ -110,7 +117,9 @@ def sweep(
                     outgoing = []
     if outgoing:
         tally.errors += send_redrives(parts, outgoing)
-    report = SweepReport(truncated=bool(active) or out_of_time(), **asdict(tally))
+    report = SweepReport(
+        truncated=bool(active) or out_of_time(), fired=fires.fired, fires_skipped=fires.skipped, **asdict(tally)
+    )
     engine_log().info("sweep.finished", first_shard=start, **asdict(report))
     return report
 

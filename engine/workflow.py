@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from engine.errors import UnknownWorkflow, WorkflowDefinitionError
 from engine.retry import RetryPolicy
+from engine.schedule_expr import CatchUp
+from engine.schedule_expr import parse as parse_schedule
 
 
 class Phase(StrEnum):
@@ -363,6 +365,10 @@ class WorkflowSpec:
     retry: RetryPolicy
     # The timeout of steps that declare none.
     step_timeout: float | None = None
+    # An EventBridge schedule expression: the sweeper starts one execution per fire time
+    # (engine/schedules.py); ``catch_up`` says what happens to firings missed in an outage.
+    schedule: str | None = None
+    catch_up: CatchUp = CatchUp.RUN_ONCE
 
     def policy_for(self, spec: StepSpec) -> RetryPolicy:
         return spec.retry or self.retry
@@ -382,6 +388,9 @@ class WorkflowSpec:
             "name": self.name,
             "retry": describe_retry(self.retry),
             "step_timeout": self.step_timeout,
+            "schedule": None
+            if self.schedule is None
+            else {"expression": self.schedule, "catch_up": self.catch_up.value},
             "steps": [_describe_step(self, i, s) for i, s in enumerate(self.steps)],
         }
 
@@ -443,8 +452,32 @@ def _wait_fields(s: StepSpec) -> dict[str, Any]:
     return out
 
 
+def check_schedule(name: str, schedule: object, catch_up: object) -> tuple[str | None, CatchUp]:
+    """The schedule as stored (stripped) and its catch-up policy; WorkflowDefinitionError otherwise."""
+    if catch_up not in tuple(CatchUp):
+        choices = ", ".join(repr(c.value) for c in CatchUp)
+        raise WorkflowDefinitionError(f"workflow {name!r}: catch_up must be one of {choices}, not {catch_up!r}")
+    if schedule is None:
+        if catch_up != CatchUp.RUN_ONCE:
+            raise WorkflowDefinitionError(f"workflow {name!r}: catch_up needs a schedule")
+        return None, CatchUp.RUN_ONCE
+    if not isinstance(schedule, str):
+        raise WorkflowDefinitionError(f"workflow {name!r}: schedule must be a string such as 'rate(1 hour)'")
+    try:
+        parsed = parse_schedule(schedule)
+    except WorkflowDefinitionError as exc:
+        raise WorkflowDefinitionError(f"workflow {name!r}: schedule {exc.message}") from None
+    return parsed.expression, CatchUp(str(catch_up))
+
+
 def build_spec(
-    name: str, steps: Any, retry: RetryPolicy | None = None, step_timeout: float | None = None
+    name: str,
+    steps: Any,
+    retry: RetryPolicy | None = None,
+    step_timeout: float | None = None,
+    *,
+    schedule: str | None = None,
+    catch_up: CatchUp | str = CatchUp.RUN_ONCE,
 ) -> WorkflowSpec:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
@@ -460,11 +493,14 @@ def build_spec(
             raise WorkflowDefinitionError(f"workflow {name!r}: {item!r} is not a step")
     if len(specs) > 999:
         raise WorkflowDefinitionError("a workflow has at most 999 steps")
+    expression, policy = check_schedule(name, schedule, catch_up)
     return WorkflowSpec(
         name=name,
         steps=tuple(specs),
         retry=retry or RetryPolicy(),
         step_timeout=check_timeout(step_timeout, f"workflow {name!r}: step_timeout"),
+        schedule=expression,
+        catch_up=policy,
     )
 
 
@@ -503,12 +539,30 @@ class Registry:
 default_registry = Registry()
 
 
-def workflow(name: str, *, registry: Registry | None = None) -> Callable[[type], type]:
-    """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``."""
+def workflow(
+    name: str,
+    *,
+    registry: Registry | None = None,
+    schedule: str | None = None,
+    catch_up: CatchUp | str = CatchUp.RUN_ONCE,
+) -> Callable[[type], type]:
+    """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``.
+
+    ``schedule="cron(0 2 * * ? *)"`` or ``"rate(1 hour)"`` (EventBridge's syntax, UTC) starts
+    one execution per fire time, with the input ``{"scheduled_at": "<ISO time>"}``;
+    ``catch_up`` is ``"run_once"`` (one run for all firings missed in an outage) or ``"skip"``.
+    """
+    # Checked now, at the decorator, so a bad expression fails the import, not a later tick.
+    check_schedule(name, schedule, catch_up)
 
     def register(cls: type) -> type:
         spec = build_spec(
-            name, getattr(cls, "steps", None), getattr(cls, "retry", None), getattr(cls, "step_timeout", None)
+            name,
+            getattr(cls, "steps", None),
+            getattr(cls, "retry", None),
+            getattr(cls, "step_timeout", None),
+            schedule=schedule,
+            catch_up=catch_up,
         )
         (registry or default_registry).add(spec)
         cls.spec = spec  # type: ignore[attr-defined]

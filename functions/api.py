@@ -15,7 +15,7 @@
 | POST /executions/{id}/redrive        | 200 a new round of attempts, 404, 409 unless FAILED |
 |                                      | (409 parent_decides: a child its parent no longer |
 |                                      | waits on; the message names the parent)          |
-| GET  /workflows                      | 200                                            |
+| GET  /workflows                      | 200; a scheduled one's ``schedule.next_fire`` |
 | GET  /dlq?limit                      | 200: the parked messages, left in place        |
 | POST /dlq/redrive?limit              | 200: what was done with each message           |
 | POST /callbacks/{token}/succeed|fail|heartbeat, POST /executions/{id}/signals/{name} | functions/waits_api.py |
@@ -247,7 +247,15 @@ def redrive(request: Request) -> dict[str, Any]:
 
 def workflows(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
-    return response(200, {"workflows": [spec.describe() for spec in wiring.engine().registry]})
+    engine = wiring.engine()
+    fires = engine.next_fires()  # reads the schedule cursors only if a workflow has a schedule
+    return response(
+        200,
+        {
+            "workflows": [views.workflow(spec.describe(), fires) for spec in engine.registry],
+            **views.read_at(engine.clock.now()),
+        },
+    )
 
 
 # ----------------------------------------------------------------------- DLQ

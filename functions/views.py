@@ -165,6 +165,15 @@ def state(found: progress.State) -> dict[str, Any]:
     return {"kind": found.kind.value, "reason": found.reason, "step": found.step, **_times(until=found.until)}
 
 
+def workflow(described: dict[str, Any], next_fires: dict[str, float | None]) -> dict[str, Any]:
+    """A workflow's description; a scheduled one's ``schedule`` gains ``next_fire`` (and
+    ``next_fire_epoch``): its cursor's next fire time, null when the expression has none left."""
+    schedule = described.get("schedule")
+    if not schedule:
+        return described
+    return {**described, "schedule": {**schedule, **_times(next_fire=next_fires.get(described["name"]))}}
+
+
 def read_at(now: float) -> dict[str, Any]:
     """The control plane's clock when it answered: relative times (``in 59m``) count from it,
     which differs from the reader's clock under ``loom time advance``."""

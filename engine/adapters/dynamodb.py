@@ -9,6 +9,7 @@ from typing import Any
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.adapters.fan_store import FanStore, step_record
+from engine.adapters.schedule_store import ScheduleStore
 from engine.adapters.write_token import ALL_OLD, NOT_THIS_WRITE, TOKEN, conditional, new_token
 from engine.config import shard_of
 from engine.errors import ConflictError, InvalidInput
@@ -116,7 +117,7 @@ def _json(attr: dict[str, str] | None) -> Any:
     return None if attr is None else json.loads(attr["S"])
 
 
-class DynamoStore(FanStore):
+class DynamoStore(FanStore, ScheduleStore):
     """Implements ``engine.ports.Store`` with a low-level boto3 DynamoDB client."""
 
     def __init__(self, client: Any, table_name: str, shards: int, *, cursor_key: bytes | None = None) -> None:

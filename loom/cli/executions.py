@@ -252,11 +252,29 @@ def workflows(client: ControlPlane, args: argparse.Namespace) -> int:
         output.as_json(body)
         return 0
     rows = [
-        {"name": w["name"], "count": len(w["steps"]), "steps": " -> ".join(s["name"] for s in w["steps"])}
+        {
+            "name": w["name"],
+            "count": len(w["steps"]),
+            "schedule": schedule_cell(w.get("schedule")),
+            "steps": " -> ".join(s["name"] for s in w["steps"]),
+        }
         for w in body.get("workflows", [])
     ]
-    output.table(rows, [("name", "workflow"), ("count", "steps"), ("steps", "order")], width=200)
+    columns = [("name", "workflow"), ("count", "steps")]
+    if any(row["schedule"] for row in rows):
+        columns.append(("schedule", "schedule (next fire, UTC)"))
+    output.table(rows, [*columns, ("steps", "order")], width=200)
     return 0
+
+
+def schedule_cell(schedule: dict[str, Any] | None) -> str:
+    """``rate(1 hour), next 2026-12-02 03:00``; a ``skip`` policy is named, the default is not."""
+    if not schedule:
+        return ""
+    epoch = schedule.get("next_fire_epoch")
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch)) if epoch is not None else "none left"
+    policy = "" if schedule.get("catch_up", "run_once") == "run_once" else f", catch_up={schedule['catch_up']}"
+    return f"{schedule['expression']}, next {when}{policy}"
 
 
 def dlq_list(client: ControlPlane, args: argparse.Namespace) -> int:

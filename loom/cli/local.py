@@ -541,6 +541,9 @@ def cmd_time_advance(args: argparse.Namespace) -> int:
         error(str(exc))
         return 2
     _show(path)
+    # The stack's sweeper watches the clock file: it runs now, so what fell due in the jump
+    # (a sleep's end, a scheduled workflow's firing) starts without waiting for the next tick.
+    print("the sweeper runs now: `loom list` shows what the jump made due (a schedule fires once per jump)")
     return 0
 
 

@@ -61,6 +61,8 @@ from loom.template import load as load_template
 DEFAULT_PORT = 5230  # not LocalStack's 4566: both can run side by side
 DEFAULT_API_PORT = 5231
 REGION = "us-east-1"
+# How often the sweeper's schedule looks at the functions' clock file: `loom time advance` ticks at once.
+CLOCK_POLL_SECONDS = 0.25
 
 
 class PortTaken(RuntimeError):
@@ -631,10 +633,25 @@ class LocalStack:
         return time.time() + offset_clock.read_offset(self.clock_offset_file)
 
     def _sweep_forever(self, logical_id: str) -> None:
+        """EventBridge's rule, plus a tick at once when the functions' clock moves.
+
+        ``loom time advance`` should fire what falls due in the jump (a sleep's end, a
+        workflow's schedule) now, not at the next tick. The first tick also runs at once: it
+        makes the schedule cursors (engine/schedules.py), which a jump before them would skip.
+        """
         assert self._tick_seconds is not None and self.sweeper_async is not None
-        while not self._stopping.wait(self._tick_seconds):
-            # Fire and forget, as EventBridge does: a run still going does not hold the next tick back.
-            self.sweeper_async.submit(scheduled_event(self._rule_arn(logical_id), self.options.region))
+        offset = self.time_offset()
+        due = time.monotonic()
+        while True:
+            moved = self.time_offset()
+            if time.monotonic() >= due or moved != offset:
+                # Fire and forget, as EventBridge does: a run still going does not hold the next tick back.
+                self.sweeper_async.submit(scheduled_event(self._rule_arn(logical_id), self.options.region))
+                if time.monotonic() >= due:
+                    due = time.monotonic() + self._tick_seconds
+            offset = moved
+            if self._stopping.wait(min(CLOCK_POLL_SECONDS, max(0.0, due - time.monotonic()))):
+                return
 
     # ------------------------------------------------------------------ logging and the stack file
 

@@ -17,7 +17,7 @@ from engine.history_rules import commit_refused_by, failure_refused_by
 from engine.join import JoinRecord
 from engine.limits import check_item, utf8_len
 from engine.ports import Page
-from engine.state import Attempt, Execution, Signal, Status, StepRecord, StepStatus, canonical_json
+from engine.state import Attempt, Execution, ScheduleCursor, Signal, Status, StepRecord, StepStatus, canonical_json
 
 
 class InMemoryStore:
@@ -31,6 +31,7 @@ class InMemoryStore:
         self._joins: dict[tuple[str, int], JoinRecord] = {}
         self._items: dict[tuple[str, int, int], StepRecord] = {}
         self._parked_mark: tuple[int, float] | None = None
+        self._schedules: dict[str, ScheduleCursor] = {}
         self.writes = 0
 
     # executions
@@ -197,6 +198,24 @@ class InMemoryStore:
         if found is None or found.consumed_by not in (None, by):
             raise ConflictError(f"signal {key!r} is consumed by another wait")
         self._signals[(execution_id, name, key)] = replace(found, consumed_by=by)
+        self.writes += 1
+
+    # schedules
+    def schedules(self) -> list[ScheduleCursor]:
+        return [self._schedules[name] for name in sorted(self._schedules)]
+
+    def put_schedule(self, cursor: ScheduleCursor, *, expected_version: int | None) -> None:
+        current = self._schedules.get(cursor.workflow)
+        if (current.version if current is not None else None) != expected_version:
+            raise ConflictError(f"conditional write on the schedule of {cursor.workflow!r} lost", current=current)
+        self._schedules[cursor.workflow] = cursor
+        self.writes += 1
+
+    def delete_schedule(self, workflow: str, *, expected_version: int) -> None:
+        current = self._schedules.get(workflow)
+        if current is None or current.version != expected_version:
+            raise ConflictError(f"conditional delete of the schedule of {workflow!r} lost", current=current)
+        del self._schedules[workflow]
         self.writes += 1
 
     # queries

@@ -18,7 +18,7 @@ from chaos.scenario import PASS, Result
 
 # Balanced by their durations on the 2-core machine (about 175 s each, loaded).
 GROUPS: tuple[tuple[str, ...], ...] = (
-    ("visibility_timeout", "composite_saga", "poison_step", "callback_race", "lost_timer"),
+    ("visibility_timeout", "composite_saga", "poison_step", "callback_race", "lost_timer", "schedule_overlap"),
     (
         "crash_after_checkpoint",
         "concurrent_sweep",
@@ -93,6 +93,11 @@ def _concurrent_sweep(r: Result) -> None:
     assert r.evidence["wakes"] == [1, 1, 1] and r.evidence["after_runs"] == [1, 1, 1]
 
 
+def _schedule_overlap(r: Result) -> None:
+    assert set(r.evidence["per_fire"].values()) == {1}
+    assert all(n >= 2 for n in r.evidence["on_time"]) and all(n <= 1 for n in r.evidence["fired_by_racers"])
+
+
 def _lost_timer(r: Result) -> None:
     assert r.evidence["depth_before"]["Delayed"] >= 1 and r.evidence["depth_after"]["Delayed"] == 0
     assert all(-1.0 <= v <= 6.0 for v in r.evidence["lateness"].values())
@@ -163,4 +168,5 @@ CHECKS: dict[str, Callable[[Result], None]] = {
     "saga_compensation": _saga_compensation,
     "fanout_join": _fanout_join,
     "composite_saga": _composite_saga,
+    "schedule_overlap": _schedule_overlap,
 }

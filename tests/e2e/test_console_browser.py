@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -347,6 +348,9 @@ def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
     assert "compensated by" in saga and "retry:" in saga
     assert "sleeps 1h" in text(browser, "wf-order_fulfillment")
     assert "waits for signal" in text(browser, "wf-order_approval")
+    nightly = text(browser, "wf-nightly_report")
+    assert "cron(0 2 * * ? *)" in nightly and "catch-up: run once" in nightly
+    assert re.search(r"next fire: \d{4}-\d\d-\d\d 02:00 UTC", nightly), nightly
     shot(browser, "workflows")
     open_page(browser, stack, "/dlq")
     wait_until(browser, "the DLQ count", lambda d: "parked" in text(d, "dlq-count"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from loom import stackfile
 from loom.cli import executions
 from loom.local.sigv4 import Principal, new_principal
 from loom.template import create_resources
-from tests.integration.api_support import Functions, function_url_server
+from tests.integration.api_support import Functions, function_url_server, sample_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.server]
 
@@ -175,6 +176,27 @@ def test_workflows_table(stack: dict[str, Any], capsys: pytest.CaptureFixture) -
         "reserve_inventory -> charge_payment -> sleep_1h -> ship_order -> notify_customer" in rows["order_fulfillment"]
     )
     assert {"pipeline", "payment_retry", "poison_pill"} <= set(rows)
+
+
+def test_workflows_shows_a_schedules_next_fire_time_from_its_cursor(
+    stack: dict[str, Any], capsys: pytest.CaptureFixture
+) -> None:
+    stack["fn"].sweeper(sample_event("schedule.json"))  # the first tick makes the cursor
+    code, out, _ = loom(capsys, "workflows", "--json")
+    assert code == 0
+    nightly = next(w for w in json.loads(out)["workflows"] if w["name"] == "nightly_report")
+    table = stack["refs"]["dynamodb"]
+    item = table.get_item(
+        TableName=stack["refs"]["Table"], Key={"PK": {"S": "LOOM#SCHEDULES"}, "SK": {"S": "SCHED#nightly_report"}}
+    )["Item"]
+    cursor_next = float(item["next_fire"]["N"])
+    assert nightly["schedule"]["next_fire_epoch"] == cursor_next
+    assert nightly["schedule"]["expression"] == "cron(0 2 * * ? *)"
+    code, out, _ = loom(capsys, "workflows")
+    row = next(line for line in out.splitlines() if line.startswith("nightly_report"))
+    shown = time.strftime("%Y-%m-%d %H:%M", time.gmtime(cursor_next))
+    assert f"cron(0 2 * * ? *), next {shown}" in row and shown.endswith("02:00")
+    assert "SCHEDULE (NEXT FIRE, UTC)" in out.splitlines()[0]
 
 
 def test_dlq_list_and_redrive(stack: dict[str, Any], capsys: pytest.CaptureFixture) -> None:

@@ -42,11 +42,12 @@ LAYERS: dict[str, int] = {
             "ports",
             "parked",
             "error_report",
+            "schedule_expr",
         ],
         0,
     ),
     # L1: pure decisions and the parts a handler works with
-    **dict.fromkeys(["transitions", "verdicts", "outcome", "dead_letters", "parts", "fan_results"], 1),
+    **dict.fromkeys(["transitions", "verdicts", "outcome", "dead_letters", "parts", "fan_results", "schedule_plan"], 1),
     # L2: the kernel every primitive shares
     **dict.fromkeys(["outbox", "escalation", "attempts", "parking", "lifecycle", "fan_items"], 2),
     # L3: the primitives (grouped below)
@@ -67,7 +68,18 @@ LAYERS: dict[str, int] = {
     ),
     # L4: who dispatches and who serves: the runner, the sweeper, control, the read models
     **dict.fromkeys(
-        ["runner", "waits", "sweeper", "control", "progress", "fan_view", "runtime", "batch", "__init__"],
+        [
+            "runner",
+            "waits",
+            "sweeper",
+            "schedules",
+            "control",
+            "progress",
+            "fan_view",
+            "runtime",
+            "batch",
+            "__init__",
+        ],
         4,
     ),
 }

@@ -53,6 +53,15 @@
       branches && branches.length ? h("ol", { class: "steps branches", start: 0, "aria-label": `${step.name}'s branches` }, branches.map((b) => stepItem(b))) : null);
   }
 
+  // A scheduled workflow: its expression, catch-up policy and next fire time (UTC, from its cursor).
+  function schedule(s) {
+    if (!s) return null;
+    const next = s.next_fire ? s.next_fire.replace("T", " ").replace(/:\d\d\.\d+Z$/, " UTC") : "none left";
+    return h("p", { class: "schedule", "data-schedule": s.expression },
+      badge("schedule"), " ", h("code", {}, s.expression), ` · catch-up: ${s.catch_up.replace("_", " ")} · next fire: `,
+      h("time", { datetime: s.next_fire || "" }, next));
+  }
+
   async function load() {
     const data = await api("GET", "/api/workflows");
     const root = document.getElementById("workflows");
@@ -60,6 +69,7 @@
       h("h2", { id: `wf-h-${w.name}` }, w.name),
       h("p", { class: "muted" }, `${w.steps.length} steps; default retry: ${retry(w.retry) || "(not reported)"}`,
         " · ", h("a", { href: `/?workflow=${encodeURIComponent(w.name)}` }, "its executions")),
+      schedule(w.schedule),
       h("ol", { class: "steps", start: 0 }, w.steps.map(stepItem)))));
     if (location.hash) document.getElementById(location.hash.slice(1))?.scrollIntoView();
   }
