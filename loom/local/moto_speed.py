@@ -247,40 +247,38 @@ def read_only_traverse(self: Any, node: Any) -> Any:
         _memo.lists = None
 
 
-@functools.cache
-def _is_node(cls: type) -> bool:
-    return issubclass(cls, ast_nodes.Node)
+_IS_NODE: dict[type, bool] = {}
+_PROCESSES: dict[tuple[type, type], bool] = {}  # (validator class, node class): does it process such nodes
 
 
 def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
     """moto's depth-first, bottom-up traversal, asking "is it a node, is it one I process" once per class.
 
-    moto asks ``isinstance`` against its abstract base classes for every node of every pass
-    (a Python-level ABC check each); no node class is registered virtually, so the class decides.
+    moto asks ``isinstance`` against its abstract base classes for every node of every pass (a
+    Python-level ABC check each); no node class is registered virtually, and every validator's
+    node types are a literal of its class, so the two classes decide.
     """
-    if not _is_node(type(node)):
+    cls = type(node)
+    is_node = _IS_NODE.get(cls)
+    if is_node is None:
+        is_node = _IS_NODE[cls] = issubclass(cls, ast_nodes.Node)
+    if not is_node:
         return node
     parent_node = node.parent
     if node.children is not None:
         for i, child_node in enumerate(node.children):
             self.pre_processing_of_child(node, i)
             self.traverse_node_recursively(child_node, i)
-    if _processes(self, type(node)):
+    key = (type(self), cls)
+    processes = _PROCESSES.get(key)
+    if processes is None:
+        processes = _PROCESSES[key] = issubclass(cls, self.nodes_to_be_processed())
+    if processes:
         node = self.process(node)
         node.parent = parent_node
         if parent_node:
             parent_node.children[child_id] = node
     return node
-
-
-def _processes(self: Any, cls: type) -> bool:
-    kinds = self.__dict__.get("_loom_kinds")
-    if kinds is None:
-        kinds = self.__dict__["_loom_kinds"] = {}
-    found = kinds.get(cls)
-    if found is None:
-        found = kinds[cls] = issubclass(cls, self.nodes_to_be_processed())
-    return bool(found)
 
 
 def copy_node(self: Any, memo: dict[int, Any]) -> Any:
