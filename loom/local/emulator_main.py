@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     moto_speed.apply()  # a backlog must not make every SQS call cost a pass per message
     moto_tokens.apply()  # a resent transaction (its answer lost) must not apply twice, as in DynamoDB
     moto_iam.apply()  # the (action, resource) pairs AWS authorises each DynamoDB and SQS call as
+    moto_http.apply()  # request headers parsed without the email package when they are plain
     if os.environ.get("LOOM_EMULATOR_METER"):  # scripts/bench.py --local-throughput: CPU per operation
         moto_http.METER = RequestMeter(Path(os.environ["LOOM_EMULATOR_METER"]))
         threading.Thread(target=moto_http.METER.run, name="meter", daemon=True).start()

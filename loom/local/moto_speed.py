@@ -33,7 +33,7 @@ the expression was parsed twice per call (the request layer to check the names i
 backend to run it), the same strings every step. The validators now build that dict once each;
 a parse is kept by its expression string (moto deep-copies the tree before validating it, so the
 kept one is never changed); and moto's request routing lists its installed services once, not
-with a directory scan per request.
+with a directory scan per request, and each response class's methods once, not per request.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import threading
 from typing import Any
 
 from moto import backends
+from moto.core import responses as core_responses
 from moto.core import serialize
 from moto.core.utils import unix_time, unix_time_millis
 from moto.dynamodb.models.table import Table
@@ -319,6 +320,19 @@ def list_of_moto_modules() -> tuple[str, ...]:
     return _modules
 
 
+_moto_method_names = core_responses.method_names_from_class
+
+
+@functools.cache
+def _method_names(clazz: type) -> tuple[str, ...]:
+    return tuple(_moto_method_names(clazz))
+
+
+def method_names_from_class(clazz: Any) -> list[str]:
+    """moto's list of a response class's methods (``inspect.getmembers`` per request), made once per class."""
+    return list(_method_names(clazz))
+
+
 def expression_replacements() -> list[tuple[object, str, Any]]:
     """(owner, attribute, replacement) for moto's expression handling and request routing."""
     global _modules
@@ -326,6 +340,7 @@ def expression_replacements() -> list[tuple[object, str, Any]]:
         _modules = tuple(_moto_modules())
     return [
         (backends, "list_of_moto_modules", list_of_moto_modules),
+        (core_responses, "method_names_from_class", method_names_from_class),
         (ast_nodes.DepthFirstTraverser, "nodes_to_be_processed", nodes_to_be_processed),
         (ast_nodes.DepthFirstTraverser, "process", process),
         (ast_nodes.DepthFirstTraverser, "traverse_node_recursively", traverse_node_recursively),

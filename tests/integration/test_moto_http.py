@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import io
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,8 @@ from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local.moto_http import KeepAliveHandler, request_length
+from loom.local import moto_http
+from loom.local.moto_http import KeepAliveHandler, parse_headers, request_length
 
 pytestmark = pytest.mark.integration
 
@@ -134,3 +136,40 @@ def test_the_stock_server_closes_every_connection(servers: dict[str, str]) -> No
 )
 def test_a_body_is_read_up_front_only_when_its_length_is_known(headers: dict[str, str], length: int | None) -> None:
     assert request_length(headers) == length
+
+
+HEADER_BLOCKS = [
+    b"Host: localhost:5230\r\nX-Amz-Target: DynamoDB_20120810.GetItem\r\nContent-Length: 12\r\n\r\n",
+    b"Authorization: AWS4-HMAC-SHA256 Credential=a/b, SignedHeaders=host;x, Signature=00\r\n\r\n",
+    b"A:no-space\r\nB:   \t padded  \r\nB: repeated\r\nEmpty:\r\n\r\n",
+    b"\r\n",
+    # Each of these takes the email package: folded, bare LF, space before the colon, no colon, 8-bit, EOF.
+    b"Folded: one\r\n two\r\n\r\n",
+    b"Bare: lf\n\n",
+    b"Name : spaced\r\nAfter: x\r\n\r\n",
+    b"not a header\r\nAfter: x\r\n\r\n",
+    b"Latin: caf\xe9\r\n\r\n",
+    b"Cut: short\r\n",
+]
+
+
+def _state(msg: Any) -> dict[str, Any]:
+    """A message's attributes; defects by kind (they are instances without equality)."""
+    return {**vars(msg), "defects": [type(d) for d in msg.defects]}
+
+
+@pytest.mark.parametrize("block", HEADER_BLOCKS)
+def test_headers_parse_to_the_email_package_s_message(block: bytes) -> None:
+    ours = parse_headers(io.BytesIO(block + b"body"))
+    theirs = http.client.parse_headers(io.BytesIO(block + b"body"))
+    assert _state(ours) == _state(theirs)
+    assert ours.items() == theirs.items()
+
+
+def test_plain_headers_skip_the_email_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    used = []
+    monkeypatch.setattr(http.client, "_parse_header_lines", lambda lines, _class: used.append(lines) or _class())
+    moto_http.parse_headers(io.BytesIO(HEADER_BLOCKS[0]))
+    assert used == []
+    moto_http.parse_headers(io.BytesIO(b"Folded: one\r\n two\r\n\r\n"))
+    assert len(used) == 1

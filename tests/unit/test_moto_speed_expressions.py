@@ -190,3 +190,14 @@ def test_moto_s_services_are_listed_once(monkeypatch: pytest.MonkeyPatch) -> Non
     install(monkeypatch)
     assert tuple(backends.list_of_moto_modules()) == listed
     assert "dynamodb" in backends.list_of_moto_modules() and "sqs" in backends.list_of_moto_modules()
+
+
+def test_a_response_class_s_methods_are_moto_s_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.core import responses as core_responses
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.sqs.responses import SQSResponse
+
+    expected = [core_responses.method_names_from_class(c) for c in (DynamoHandler, SQSResponse)]
+    assert "update_item" in expected[0] and "receive_message" in expected[1]
+    install(monkeypatch)
+    assert [core_responses.method_names_from_class(c) for c in (DynamoHandler, SQSResponse)] == expected
