@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import moto
 
-from loom.bench import fanout, local_speed, scenarios, waits
 from engine import log
+from loom.bench import fanout, local_speed, scenarios, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render

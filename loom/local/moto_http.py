@@ -102,7 +102,7 @@ def parse_headers(fp: Any, _class: Any = http.client.HTTPMessage) -> Any:
 
 def apply() -> None:
     """Install the header parse for the emulator's process (which sends no HTTP request of its own)."""
-    http.client.parse_headers = parse_headers  # type: ignore[assignment]  # http.server reads headers through it
+    http.client.parse_headers = parse_headers  # http.server reads headers through it
 
 
 def request_length(headers: Any) -> int | None:
@@ -160,12 +160,12 @@ class KeepAliveHandler(MotoRequestHandler):
         self.environ = environ = self.make_environ()
         environ["wsgi.input"] = io.BytesIO(body)
         try:
-            status, headers, payload = self._call(self.server.app, environ)  # type: ignore[attr-defined]
+            status, headers, payload = self._call(self.server.app, environ)
         except Exception as exc:
             # What werkzeug answers when the app raises (Flask catches moto's own errors first):
             # its 500 page and a log line; never a second run of a request that may have written.
             self.close_connection = True
-            self.server.log("error", f"Error on request: {exc!r}")  # type: ignore[attr-defined]
+            self.server.log("error", f"Error on request: {exc!r}")
             status, headers, payload = self._call(InternalServerError(), environ)
         answer = response_bytes(
             self.version_string(),

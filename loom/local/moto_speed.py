@@ -44,14 +44,20 @@ import threading
 from typing import Any
 
 from moto import backends
-from moto.core import responses as core_responses
+from moto.core import responses as _core_responses
 from moto.core import serialize
 from moto.core.utils import unix_time, unix_time_millis
 from moto.dynamodb.models.table import Table
-from moto.dynamodb.parsing import ast_nodes, validators
-from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+from moto.dynamodb.parsing import ast_nodes as _ast_nodes
+from moto.dynamodb.parsing import expressions as _expressions
+from moto.dynamodb.parsing import validators
 from moto.sqs import models
 from moto.sqs.exceptions import InvalidAttributeName
+
+# moto's expression modules carry no types (``# type: ignore`` at their top): reach them untyped.
+ast_nodes: Any = _ast_nodes
+core_responses: Any = _core_responses
+UpdateExpressionParser: Any = getattr(_expressions, "UpdateExpressionParser")  # noqa: B009  # untyped module
 
 
 def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
@@ -207,7 +213,7 @@ def nodes_to_be_processed(self: Any) -> tuple[type, ...]:
     found = self.__dict__.get("_loom_nodes")
     if found is None:
         found = self.__dict__["_loom_nodes"] = tuple(processing_map(self).keys())
-    return found
+    return tuple(found)
 
 
 def process(self: Any, node: Any) -> Any:
@@ -231,7 +237,7 @@ def find_clauses(self: Any, clause_types: Any) -> list[Any]:
     """
     memo = getattr(_memo, "lists", None)
     if memo is None:
-        return _moto_find_clauses(self, clause_types)
+        return list(_moto_find_clauses(self, clause_types))
     key = (id(self), tuple(clause_types))
     found = memo.get(key)
     if found is None:
@@ -284,7 +290,7 @@ def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
 
 def copy_node(self: Any, memo: dict[int, Any]) -> Any:
     """A deep copy of an expression tree node: its attributes copied, parent links kept in the copy."""
-    cls = type(self)
+    cls: Any = type(self)
     new = cls.__new__(cls)
     memo[id(self)] = new
     for name, value in self.__dict__.items():
@@ -292,7 +298,7 @@ def copy_node(self: Any, memo: dict[int, Any]) -> Any:
     return new
 
 
-_moto_make = UpdateExpressionParser.make.__func__  # type: ignore[attr-defined]
+_moto_make = UpdateExpressionParser.make.__func__
 
 
 @functools.lru_cache(maxsize=512)
