@@ -41,8 +41,9 @@ from moto.iam.models import iam_backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local import moto_http, moto_iam, moto_speed, moto_tokens, snapshot
-from loom.local.moto_http import KeepAliveHandler, RequestMeter
+from loom.local import emulator_meter, moto_http, moto_iam, moto_speed, moto_tokens, snapshot
+from loom.local.emulator_meter import RequestMeter
+from loom.local.moto_http import KeepAliveHandler
 
 ACCOUNT_ID = "123456789012"
 ADMIN_USER = "loom-admin"
@@ -187,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     moto_iam.apply()  # the (action, resource) pairs AWS authorises each DynamoDB and SQS call as
     moto_http.apply()  # request headers parsed without the email package when they are plain
     if os.environ.get("LOOM_EMULATOR_METER"):  # scripts/bench.py --local-throughput: CPU per operation
-        moto_http.METER = RequestMeter(Path(os.environ["LOOM_EMULATOR_METER"]))
-        threading.Thread(target=moto_http.METER.run, name="meter", daemon=True).start()
+        emulator_meter.METER = RequestMeter(Path(os.environ["LOOM_EMULATOR_METER"]))
+        threading.Thread(target=emulator_meter.METER.run, name="meter", daemon=True).start()
     admin, api_key = make_admin(), secrets.token_urlsafe(32)
     app = AtomicDynamoDB(DomainDispatcherApplication(create_backend_app))
     # Keep-alive: a function process's calls reuse one connection (see loom.local.moto_http).
@@ -205,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         if line.strip() == "persist":
             saver.on.set()
     saver.save()
-    if moto_http.METER is not None:
-        moto_http.METER.dump()
+    if emulator_meter.METER is not None:
+        emulator_meter.METER.dump()
     os._exit(0)
 
 

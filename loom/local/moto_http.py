@@ -16,66 +16,19 @@ from __future__ import annotations
 
 import http.client
 import io
-import json
 import re
 import socket
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from moto.moto_server.werkzeug_app import MotoRequestHandler
 from werkzeug.exceptions import InternalServerError
 
+from loom.local import emulator_meter
+
 # Headers this handler writes itself (the app's own are dropped): framing and the connection.
 _FRAMING = frozenset({"content-length", "connection", "transfer-encoding"})
-
-
-class RequestMeter:
-    """CPU seconds the emulator's threads spent per operation (``LOOM_EMULATOR_METER``: bench.py --local-throughput).
-
-    Thread CPU time, so a busy machine does not inflate it; from the request line to the last byte sent.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._cpu: dict[str, float] = defaultdict(float)
-        self._count: dict[str, int] = defaultdict(int)
-
-    def add(self, operation: str, cpu: float) -> None:
-        with self._lock:
-            self._cpu[operation] += cpu
-            self._count[operation] += 1
-
-    def run(self, every: float = 0.5) -> None:
-        """Write the totals every ``every`` seconds (a reader diffs two reads to get one phase's share)."""
-        while True:
-            time.sleep(every)
-            self.dump()
-
-    def dump(self) -> None:
-        with self._lock:
-            doc = {op: {"requests": self._count[op], "cpu_seconds": self._cpu[op]} for op in sorted(self._cpu)}
-        partial = self.path.with_suffix(".tmp")
-        partial.write_text(json.dumps(doc, indent=2, sort_keys=True), encoding="utf-8")
-        partial.replace(self.path)  # a reader never sees half a file
-
-
-METER: RequestMeter | None = None  # set by the emulator's main when asked
-
-
-def operation(headers: Any, path: str) -> str:
-    """``DynamoDB_20120810.UpdateItem`` -> ``dynamodb.UpdateItem`` (JSON protocols name it in X-Amz-Target)."""
-    if headers is None:
-        return "(no request)"
-    target = str(headers.get("X-Amz-Target") or "")
-    if target:
-        prefix, _, action = target.partition(".")
-        return f"{'dynamodb' if prefix.startswith('DynamoDB') else prefix.lower()}.{action}"
-    return "moto-api" if path.startswith("/moto-api") else "other"
 
 
 _HEADER_LINE = re.compile(rb"[\x21-\x39\x3b-\x7e]+:[\x20-\x7e\t]*\r\n")
@@ -138,14 +91,15 @@ class KeepAliveHandler(MotoRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def handle_one_request(self) -> None:
-        if METER is None:
+        meter = emulator_meter.METER
+        if meter is None:
             super().handle_one_request()
             return
         self.headers = None  # type: ignore[assignment]  # so an idle connection's close is not counted as a request
         started = time.thread_time()
         super().handle_one_request()
         if self.headers is not None:
-            METER.add(operation(self.headers, self.path), time.thread_time() - started)
+            meter.add(emulator_meter.operation(self.headers, self.path), time.thread_time() - started)
 
     def run_wsgi(self) -> None:
         length = request_length(self.headers)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from loom.bench.local_speed import (
@@ -14,6 +16,7 @@ from loom.bench.local_speed import (
     gap_figures,
     meter_per_step,
 )
+from loom.local.emulator_meter import RequestMeter, operation
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +73,16 @@ def test_cpu_and_the_emulator_meter_are_per_committed_step() -> None:
         "cpu_ms_per_request": pytest.approx(10.0),
     }
     assert "amazonsqs.ReceiveMessage" not in got, "no request in the phase, no row"
+
+
+def test_the_emulator_meter_names_operations_by_their_target(tmp_path) -> None:
+    assert operation({"X-Amz-Target": "DynamoDB_20120810.UpdateItem"}, "/") == "dynamodb.UpdateItem"
+    assert operation({"X-Amz-Target": "AmazonSQS.ReceiveMessage"}, "/") == "amazonsqs.ReceiveMessage"
+    assert operation({}, "/moto-api/data.json") == "moto-api"
+    meter = RequestMeter(tmp_path / "m.json")
+    meter.add("dynamodb.GetItem", 0.002)
+    meter.add("dynamodb.GetItem", 0.004)
+    meter.dump()
+    assert json.loads((tmp_path / "m.json").read_text()) == {
+        "dynamodb.GetItem": {"requests": 2, "cpu_seconds": pytest.approx(0.006)}
+    }
