@@ -194,9 +194,6 @@ def query_partition(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
     return _moto_query(_Partition(self, hash_key), hash_key, *args, **kwargs)  # type: ignore[arg-type]
 
 
-_moto_traverser_map = ast_nodes.DepthFirstTraverser._processing_map
-
-
 def processing_map(self: Any) -> Any:
     """A validator's node types and processors, built once per validator (moto builds it per node visited).
 
@@ -310,7 +307,8 @@ def make_update_expression(cls: Any, expression: str) -> Any:
     """moto's parse of an UpdateExpression, kept by its text (a failed parse is not kept: it raises again).
 
     The tree is shared: moto's three callers only read it (the request layer's check of the names
-    and values used) or deep-copy it first (the validators, before they resolve it against the item).
+    and values used) or deep-copy it first (the validators, before they resolve it against the item),
+    and the emulator serves DynamoDB one request at a time.
     """
     if cls is not UpdateExpressionParser:
         return _moto_make(cls, expression)
