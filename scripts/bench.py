@@ -11,6 +11,7 @@ emulator, and counts every request with botocore's event hooks. Prints tables;
     .venv/bin/python scripts/bench.py --waits-only     # what a callback, signal, poll, child costs (seconds)
     .venv/bin/python scripts/bench.py --from-json bench.json --html bench.html   # redraw, no run
     .venv/bin/python scripts/bench.py --map-items 1000 --map-concurrency 50   # what a map item costs
+    .venv/bin/python scripts/bench.py --local-throughput   # the embedded stack's steps/s and ms between steps
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import moto
 
-from loom.bench import fanout, scenarios, waits
+from engine import log
+from loom.bench import fanout, local_speed, scenarios, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render
@@ -54,6 +56,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--waits-only", action="store_true", help="only the waits' costs (loom/bench/waits.py)")
     p.add_argument("--map-items", type=int, help="only a map's cost per item: one map of this many items")
     p.add_argument("--map-concurrency", type=int, default=50, help="the map's max_concurrency (default 50)")
+    p.add_argument(
+        "--local-throughput",
+        action="store_true",
+        help="only the embedded stack's speed (loom/bench/local_speed.py): --burst executions at once, "
+        "then --lone one at a time",
+    )
+    p.add_argument("--burst", type=int, default=100, help="--local-throughput: executions started at once")
+    p.add_argument("--lone", type=int, default=10, help="--local-throughput: executions run one at a time")
     p.add_argument("--state-dir", type=Path, help="where the emulator's log goes (default: a temp dir)")
     args = p.parse_args(argv)
     if args.quick:
@@ -78,6 +88,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--executions, --steps and --workers must be at least 1")
     if args.map_items is not None and (args.map_items < 1 or args.map_concurrency < 1):
         p.error("--map-items and --map-concurrency must be at least 1")
+    if args.burst < 1 or args.lone < 1:
+        p.error("--burst and --lone must be at least 1")
     if any(s < 10 for s in args.sizes):
         p.error("--sweep-sizes must each be at least 10 (10 of them are due)")
     return args
@@ -261,8 +273,23 @@ def run_map(args: argparse.Namespace) -> int:
     return 0 if all(c["met"] for c in measured["checks"]) else 1
 
 
+def run_local_throughput(args: argparse.Namespace) -> int:
+    """Only the embedded stack's speed; exits 1 when a target is missed."""
+    state = args.state_dir or Path(tempfile.mkdtemp(prefix="loom-speed-"))
+    log.configure("WARNING")  # the supervisor's per-invocation lines would bury the figures
+    measured = local_speed.run(state, burst=args.burst, lone=args.lone, timeout=args.timeout)
+    measured["machine"]["command"] = shlex.join([Path(sys.executable).name, *sys.argv])
+    print(local_speed.render(measured))
+    if args.json:
+        args.json.write_text(scenarios.dumps(measured), encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0 if all(c["met"] for c in measured["checks"]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.local_throughput:
+        return run_local_throughput(args)
     if args.from_json is not None:
         return redraw(args)
     if args.waits_only:

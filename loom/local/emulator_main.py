@@ -38,10 +38,12 @@ from typing import Any
 
 from moto import settings
 from moto.iam.models import iam_backends
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local import moto_iam, moto_speed, moto_tokens, snapshot
+from loom.local import emulator_meter, moto_http, moto_iam, moto_speed, moto_tokens, snapshot
+from loom.local.emulator_meter import RequestMeter
+from loom.local.moto_http import KeepAliveHandler
 
 ACCOUNT_ID = "123456789012"
 ADMIN_USER = "loom-admin"
@@ -184,9 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     moto_speed.apply()  # a backlog must not make every SQS call cost a pass per message
     moto_tokens.apply()  # a resent transaction (its answer lost) must not apply twice, as in DynamoDB
     moto_iam.apply()  # the (action, resource) pairs AWS authorises each DynamoDB and SQS call as
+    moto_http.apply()  # request headers parsed without the email package when they are plain
+    if os.environ.get("LOOM_EMULATOR_METER"):  # scripts/bench.py --local-throughput: CPU per operation
+        emulator_meter.METER = RequestMeter(Path(os.environ["LOOM_EMULATOR_METER"]))
+        threading.Thread(target=emulator_meter.METER.run, name="meter", daemon=True).start()
     admin, api_key = make_admin(), secrets.token_urlsafe(32)
     app = AtomicDynamoDB(DomainDispatcherApplication(create_backend_app))
-    server = make_server(args.host, args.port, Gate(app, api_key), threaded=True, request_handler=MotoRequestHandler)
+    # Keep-alive: a function process's calls reuse one connection (see loom.local.moto_http).
+    server = make_server(args.host, args.port, Gate(app, api_key), threaded=True, request_handler=KeepAliveHandler)
     threading.Thread(target=server.serve_forever, name="moto", daemon=True).start()
     host, port = str(server.server_address[0]), int(server.server_address[1])
     started = {"host": host, "port": port, "pid": os.getpid(), "admin": admin, "api_key": api_key}
@@ -199,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         if line.strip() == "persist":
             saver.on.set()
     saver.save()
+    if emulator_meter.METER is not None:
+        emulator_meter.METER.dump()
     os._exit(0)
 
 

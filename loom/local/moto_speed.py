@@ -21,18 +21,43 @@ moto's own path.
 And its Query on a table (not an index) sorts every item of the table, then keeps the
 partition asked for: a step's history read cost a pass over all 20,000 items the soak's
 executions had written, and the soak's final check of 1,000 histories took minutes. The
-replacement runs moto's own Query over a view of the table that holds only that partition.
+replacement runs moto's own Query over a view of the table that holds only that partition. An
+index Query sorted the whole table the same way before keeping the items with the asked hash key
+(the sweeper's tick took 75 % of the emulator after 20,000 items): it now runs over a view holding
+the items whose index hash key matches, found in one pass without sorting, sorted by moto.
+
+Its UpdateItem was a step's biggest cost (three a step, 10 ms of the emulator's CPU each, 32 of
+the 40 ms a step took there): every visit of every node by each of the ten validators rebuilt the
+validator's dict of node types to processors (bound methods included) just to read its keys, and
+the expression was parsed twice per call (the request layer to check the names it uses, the
+backend to run it), the same strings every step. The validators now build that dict once each;
+a parse is kept by its expression string (moto deep-copies the tree before validating it, so the
+kept one is never changed); and moto's request routing lists its installed services once, not
+with a directory scan per request, and each response class's methods once, not per request.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
+import threading
 from typing import Any
 
+from moto import backends
+from moto.core import responses as _core_responses
 from moto.core import serialize
 from moto.core.utils import unix_time, unix_time_millis
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.parsing import ast_nodes as _ast_nodes
+from moto.dynamodb.parsing import expressions as _expressions
+from moto.dynamodb.parsing import validators
 from moto.sqs import models
 from moto.sqs.exceptions import InvalidAttributeName
+
+# moto's expression modules carry no types (``# type: ignore`` at their top): reach them untyped.
+ast_nodes: Any = _ast_nodes
+core_responses: Any = _core_responses
+UpdateExpressionParser: Any = getattr(_expressions, "UpdateExpressionParser")  # noqa: B009  # untyped module
 
 
 def is_message_valid_based_on_retention_period(self: Any, queue_name: str, message: Any) -> bool:
@@ -117,20 +142,224 @@ class _Partition:
         return _moto_all_items(self)  # type: ignore[arg-type]  # moto reads only what the view has
 
 
+class _Matching:
+    """A table as an index Query reads it, holding only the items whose index hash key attributes
+    equal the query's: the rest is the table's. Items are kept where moto's own test would keep them
+    and possibly more (moto applies its test again), in moto's order (its own sort, of fewer items)."""
+
+    def __init__(self, table: Any, conditions: list[tuple[str, Any]]) -> None:
+        self._table = table
+        self.items: dict[Any, Any] = {}
+        for hash_key, held in table.items.items():
+            if table.range_key_attr:
+                kept = {k: item for k, item in held.items() if _matches(item, conditions)}
+                if kept:
+                    self.items[hash_key] = kept
+            elif _matches(held, conditions):
+                self.items[hash_key] = held
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._table, name)
+
+    def all_items(self) -> list[Any]:
+        return _moto_all_items(self)  # type: ignore[arg-type]  # moto reads only what the view has
+
+
+def _matches(item: Any, conditions: list[tuple[str, Any]]) -> bool:
+    attrs = getattr(item, "attrs", None)
+    if attrs is None:
+        return True  # not an Item: moto's loop decides
+    for name, value in conditions:
+        found = attrs.get(name)
+        if found is None or found != value:
+            return False
+    return True
+
+
 _moto_query = Table.query
 _moto_all_items = Table.all_items
 
 
 def query_partition(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-    """moto's Query; on the table itself (no index: the 8th argument) over one partition."""
+    """moto's Query over a view of the table: one partition for the table itself (no index: the 8th
+    argument), the items with the asked index hash key for an index."""
     index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
-    if index_name or hash_key is None:
+    if index_name:
+        conditions = kwargs.get("hash_key_conditions")
+        if not conditions:
+            return _moto_query(self, hash_key, *args, **kwargs)
+        return _moto_query(_Matching(self, list(conditions)), hash_key, *args, **kwargs)  # type: ignore[arg-type]
+    if hash_key is None:
         return _moto_query(self, hash_key, *args, **kwargs)
     return _moto_query(_Partition(self, hash_key), hash_key, *args, **kwargs)  # type: ignore[arg-type]
 
 
+def processing_map(self: Any) -> Any:
+    """A validator's node types and processors, built once per validator (moto builds it per node visited).
+
+    Every validator's map is a literal of classes to its own bound methods: the same on every call.
+    """
+    found = self.__dict__.get("_loom_processing_map")
+    if found is None:
+        found = self.__dict__["_loom_processing_map"] = self._processing_map()
+    return found
+
+
+def nodes_to_be_processed(self: Any) -> tuple[type, ...]:
+    """moto's ``nodes_to_be_processed``: the keys of the kept processing map."""
+    found = self.__dict__.get("_loom_nodes")
+    if found is None:
+        found = self.__dict__["_loom_nodes"] = tuple(processing_map(self).keys())
+    return tuple(found)
+
+
+def process(self: Any, node: Any) -> Any:
+    """moto's ``process``, reading the kept map."""
+    for class_key, processor in processing_map(self).items():
+        if isinstance(node, class_key):
+            return processor(node)
+    return None
+
+
+_moto_find_clauses = ast_nodes.Node.find_clauses
+_memo = threading.local()  # the clause lists of one read-only validator's traversal
+
+
+def find_clauses(self: Any, clause_types: Any) -> list[Any]:
+    """moto's ``find_clauses``; during a read-only validator's pass, each node's answer is kept.
+
+    The first two validators check every nested UpdateExpression node, each a search of its whole
+    subtree: quadratic in the expression's length. Their pass changes no node, so a node's clauses
+    cannot change while it runs; the lists are dropped when it ends.
+    """
+    memo = getattr(_memo, "lists", None)
+    if memo is None:
+        return list(_moto_find_clauses(self, clause_types))
+    key = (id(self), tuple(clause_types))
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _moto_find_clauses(self, clause_types)
+    return list(found)
+
+
+def read_only_traverse(self: Any, node: Any) -> Any:
+    """A traversal by a validator that only checks (ActionCount, OverlappingPaths), with clause lists kept."""
+    _memo.lists = {}
+    try:
+        return ast_nodes.DepthFirstTraverser.traverse(self, node)
+    finally:
+        _memo.lists = None
+
+
+_IS_NODE: dict[type, bool] = {}
+_PROCESSES: dict[tuple[type, type], bool] = {}  # (validator class, node class): does it process such nodes
+
+
+def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+    """moto's depth-first, bottom-up traversal, asking "is it a node, is it one I process" once per class.
+
+    moto asks ``isinstance`` against its abstract base classes for every node of every pass (a
+    Python-level ABC check each); no node class is registered virtually, and every validator's
+    node types are a literal of its class, so the two classes decide.
+    """
+    cls = type(node)
+    is_node = _IS_NODE.get(cls)
+    if is_node is None:
+        is_node = _IS_NODE[cls] = issubclass(cls, ast_nodes.Node)
+    if not is_node:
+        return node
+    parent_node = node.parent
+    if node.children is not None:
+        for i, child_node in enumerate(node.children):
+            self.pre_processing_of_child(node, i)
+            self.traverse_node_recursively(child_node, i)
+    key = (type(self), cls)
+    processes = _PROCESSES.get(key)
+    if processes is None:
+        processes = _PROCESSES[key] = issubclass(cls, self.nodes_to_be_processed())
+    if processes:
+        node = self.process(node)
+        node.parent = parent_node
+        if parent_node:
+            parent_node.children[child_id] = node
+    return node
+
+
+def copy_node(self: Any, memo: dict[int, Any]) -> Any:
+    """A deep copy of an expression tree node: its attributes copied, parent links kept in the copy."""
+    cls: Any = type(self)
+    new = cls.__new__(cls)
+    memo[id(self)] = new
+    for name, value in self.__dict__.items():
+        new.__dict__[name] = copy.deepcopy(value, memo)
+    return new
+
+
+_moto_make = UpdateExpressionParser.make.__func__
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(expression: str) -> Any:
+    return _moto_make(UpdateExpressionParser, expression)
+
+
+def make_update_expression(cls: Any, expression: str) -> Any:
+    """moto's parse of an UpdateExpression, kept by its text (a failed parse is not kept: it raises again).
+
+    The tree is shared: moto's three callers only read it (the request layer's check of the names
+    and values used) or deep-copy it first (the validators, before they resolve it against the item),
+    and the emulator serves DynamoDB one request at a time.
+    """
+    if cls is not UpdateExpressionParser:
+        return _moto_make(cls, expression)
+    return _parsed(expression)
+
+
+_modules: tuple[str, ...] = ()
+_moto_modules = backends.list_of_moto_modules
+
+
+def list_of_moto_modules() -> tuple[str, ...]:
+    """moto's installed services, listed once: its directory does not change while the emulator runs."""
+    return _modules
+
+
+_moto_method_names = core_responses.method_names_from_class
+
+
+@functools.cache
+def _method_names(clazz: type) -> tuple[str, ...]:
+    return tuple(_moto_method_names(clazz))
+
+
+def method_names_from_class(clazz: Any) -> list[str]:
+    """moto's list of a response class's methods (``inspect.getmembers`` per request), made once per class."""
+    return list(_method_names(clazz))
+
+
+def expression_replacements() -> list[tuple[object, str, Any]]:
+    """(owner, attribute, replacement) for moto's expression handling and request routing."""
+    global _modules
+    if not _modules:
+        _modules = tuple(_moto_modules())
+    return [
+        (backends, "list_of_moto_modules", list_of_moto_modules),
+        (core_responses, "method_names_from_class", method_names_from_class),
+        (ast_nodes.DepthFirstTraverser, "nodes_to_be_processed", nodes_to_be_processed),
+        (ast_nodes.DepthFirstTraverser, "process", process),
+        (ast_nodes.DepthFirstTraverser, "traverse_node_recursively", traverse_node_recursively),
+        (ast_nodes.Node, "find_clauses", find_clauses),
+        (ast_nodes.Node, "__deepcopy__", copy_node),
+        (validators.ActionCountValidator, "traverse", read_only_traverse),
+        (validators.OverlappingPathsValidator, "traverse", read_only_traverse),
+        (UpdateExpressionParser, "make", classmethod(make_update_expression)),
+    ]
+
+
 def apply() -> None:
-    """Install the replacements on moto's SQS backend (the emulator process calls it once)."""
+    """Install the replacements in moto (the emulator process calls it once)."""
+    for owner, name, value in expression_replacements():
+        setattr(owner, name, value)
     serialize.BaseJSONSerializer._serialize_type_structure = serialize_structure  # type: ignore[method-assign]
     Table.query = query_partition  # type: ignore[method-assign]
     models.Queue.messages = property(visible_messages)  # type: ignore[assignment,method-assign]

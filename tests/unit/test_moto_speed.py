@@ -304,3 +304,76 @@ def test_a_table_query_reads_one_partition_and_answers_as_moto_does(monkeypatch)
     with mock_aws():
         assert query_answers() == moto_s
     assert seen["partitions"] == 6 + 3, "every table query (not the index's) read one partition"
+
+
+def index_query_answers() -> list[dict]:
+    """Index queries over a sparse GSI (items without its keys, or with only its hash key), paged to the end."""
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    attrs = ["PK", "SK", "GSI1PK", "GSI1SK"]
+    ddb.create_table(
+        TableName="g",
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in attrs],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "GSI1",
+                "KeySchema": [
+                    {"AttributeName": "GSI1PK", "KeyType": "HASH"},
+                    {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for e in range(40):
+        item = {"PK": {"S": f"EXEC#{e:02d}"}, "SK": {"S": "#META"}, "n": {"N": str(e)}}
+        if e % 5:
+            item["GSI1PK"] = {"S": f"SHARD#{e % 3}"}
+            if e % 7:
+                item["GSI1SK"] = {"S": f"{(e * 37) % 100:03d}#{e}"}  # not in PK order
+        ddb.put_item(TableName="g", Item=item)
+        ddb.put_item(TableName="g", Item={"PK": {"S": f"EXEC#{e:02d}"}, "SK": {"S": "STEP#000"}})
+    asks: list[dict] = []
+    for shard in range(4):
+        values = {":s": {"S": f"SHARD#{shard}"}}
+        asks += [
+            {"KeyConditionExpression": "GSI1PK = :s", "ExpressionAttributeValues": values},
+            {"KeyConditionExpression": "GSI1PK = :s", "ExpressionAttributeValues": values, "ScanIndexForward": False},
+            {
+                "KeyConditionExpression": "GSI1PK = :s AND GSI1SK < :t",
+                "FilterExpression": "n > :m",
+                "ExpressionAttributeValues": {**values, ":t": {"S": "050"}, ":m": {"N": "3"}},
+            },
+            {"KeyConditionExpression": "GSI1PK = :s", "ExpressionAttributeValues": values, "Limit": 3},
+        ]
+    answers = []
+    for ask in asks:
+        page = ddb.query(TableName="g", IndexName="GSI1", **ask)
+        page.pop("ResponseMetadata")
+        answers.append(page)
+        while "LastEvaluatedKey" in page and "Limit" in ask:  # the index's own cursor, to the last page
+            page = ddb.query(TableName="g", IndexName="GSI1", ExclusiveStartKey=page["LastEvaluatedKey"], **ask)
+            page.pop("ResponseMetadata")
+            answers.append(page)
+    return answers
+
+
+def test_an_index_query_reads_only_items_with_its_hash_key_and_answers_as_moto_does(monkeypatch) -> None:
+    with mock_aws():
+        moto_s = index_query_answers()
+    assert sum(len(a["Items"]) for a in moto_s[:4]) > 0 and len(moto_s) > 16, "the asks must find items and page"
+    from moto.dynamodb.models.table import Table
+
+    held: list[int] = []
+    real = moto_speed._Matching.__init__
+
+    def counted(self, table, conditions) -> None:
+        real(self, table, conditions)
+        held.append(sum(len(v) for v in self.items.values()))
+
+    monkeypatch.setattr(moto_speed._Matching, "__init__", counted)
+    monkeypatch.setattr(Table, "query", moto_speed.query_partition)
+    with mock_aws():
+        assert index_query_answers() == moto_s
+    assert held and max(held) < 20, "each index query's view held one shard's items, not the table's 80"

@@ -1,0 +1,203 @@
+"""moto's UpdateItem, made cheaper (loom.local.moto_speed): the same answers, errors and items as moto's own path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import backends, mock_aws
+from moto.dynamodb.parsing import validators
+
+from loom.local import moto_speed
+
+pytestmark = pytest.mark.unit
+
+KEY = {"PK": {"S": "EXEC#e1"}, "SK": {"S": "STEP#0000#a"}}
+COMMIT = (
+    "SET #s = :done, #r = :r, idx = :i, #n = :name, finished_at = :f, last_attempt = :a, "
+    "started_at = if_not_exists(started_at, :st), wt = :wt, "
+    "attempts = list_append(if_not_exists(attempts, :empty), :att) REMOVE #e"
+)
+COMMIT_VALUES = {
+    ":done": {"S": "COMPLETED"},
+    ":r": {"S": "{}"},
+    ":i": {"N": "0"},
+    ":name": {"S": "a"},
+    ":f": {"N": "2.5"},
+    ":st": {"N": "1.5"},
+    ":a": {"N": "1"},
+    ":empty": {"L": []},
+    ":att": {"L": [{"S": '{"attempt": 1}'}]},
+    ":wt": {"S": "token-1"},
+}
+ONE = {":one": {"N": "1"}, ":k": {"S": "e1:0"}}
+
+# Each: the call's arguments beyond TableName and Key. Successes, conditional failures, and
+# every validation error the replaced passes raise (several clauses, overlapping and repeated paths, syntax).
+CALLS: list[dict[str, Any]] = [
+    {
+        "UpdateExpression": COMMIT,
+        "ConditionExpression": "(attribute_not_exists(#s) OR #s <> :done) AND (attribute_not_exists(wt) OR wt <> :wt)",
+        "ExpressionAttributeNames": {"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
+        "ExpressionAttributeValues": COMMIT_VALUES,
+        "ReturnValues": "ALL_OLD",
+    },
+    {
+        "UpdateExpression": COMMIT,
+        "ConditionExpression": "(attribute_not_exists(#s) OR #s <> :done) AND (attribute_not_exists(wt) OR wt <> :wt)",
+        "ExpressionAttributeNames": {"#s": "status", "#r": "result", "#n": "name", "#e": "error"},
+        "ExpressionAttributeValues": COMMIT_VALUES,
+        "ReturnValues": "ALL_OLD",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    },
+    {
+        "UpdateExpression": "ADD runs :one SET idempotency_key = :k",
+        "ExpressionAttributeValues": ONE,
+        "ReturnValues": "UPDATED_NEW",
+    },
+    {
+        "UpdateExpression": "ADD runs :one SET idempotency_key = :k",
+        "ExpressionAttributeValues": ONE,
+        "ReturnValues": "UPDATED_NEW",
+    },
+    {
+        "UpdateExpression": "SET effect = :e, m = :m, l = :l",
+        "ConditionExpression": "attribute_not_exists(effect)",
+        "ExpressionAttributeValues": {
+            ":e": {"S": "x"},
+            ":m": {"M": {"a": {"M": {"b": {"N": "1"}}}}},
+            ":l": {"L": [{"N": "0"}, {"N": "1"}, {"N": "2"}, {"N": "3"}]},
+        },
+    },
+    {
+        "UpdateExpression": "SET effect = :e",
+        "ConditionExpression": "attribute_not_exists(effect)",
+        "ExpressionAttributeValues": {":e": {"S": "y"}},
+    },
+    {
+        "UpdateExpression": "SET m.a.b = m.a.b + :one, m.c = :k REMOVE l[2], l[0]",
+        "ExpressionAttributeValues": ONE,
+        "ReturnValues": "ALL_NEW",
+    },
+    {"UpdateExpression": "SET a = :one SET b = :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+    {"UpdateExpression": "ADD c :one ADD d :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+    {"UpdateExpression": "SET m = :one, m.a = :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+    {
+        "UpdateExpression": "SET #x = :one, #x = :one",
+        "ExpressionAttributeNames": {"#x": "x"},
+        "ExpressionAttributeValues": {":one": {"N": "1"}},
+    },
+    {"UpdateExpression": "SET = :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+    {"UpdateExpression": "SET missing.deeper = :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+    {"UpdateExpression": "SET PK = :k", "ExpressionAttributeValues": {":k": {"S": "other"}}},
+    {
+        "UpdateExpression": "DELETE tags :t",
+        "ExpressionAttributeValues": {":t": {"SS": ["a"]}},
+        "ReturnValues": "UPDATED_OLD",
+    },
+]
+
+
+def _table() -> Any:
+    db = boto3.client("dynamodb", region_name="us-east-1")
+    db.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return db
+
+
+def outcomes() -> list[Any]:
+    """Every call's answer (or error code and message) and the item after it, twice over (the second pass
+    reads what the parse cache kept)."""
+    out: list[Any] = []
+    with mock_aws():
+        db = _table()
+        for _ in range(2):
+            db.delete_item(TableName="t", Key=KEY)
+            for call in CALLS:
+                try:
+                    answer = db.update_item(TableName="t", Key=KEY, **call)
+                    answer.pop("ResponseMetadata", None)
+                    out.append(("ok", answer))
+                except ClientError as exc:
+                    out.append(("error", exc.response["Error"], exc.response.get("Item")))
+                out.append(("item", db.get_item(TableName="t", Key=KEY).get("Item")))
+    return out
+
+
+def install(monkeypatch: pytest.MonkeyPatch) -> None:
+    moto_speed._parsed.cache_clear()
+    for owner, name, value in moto_speed.expression_replacements():
+        monkeypatch.setattr(owner, name, value, raising=False)
+
+
+def test_update_item_answers_errors_and_items_are_moto_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = outcomes()
+    kinds = {o[1]["Code"] for o in expected if o[0] == "error"}
+    assert {"ConditionalCheckFailedException", "ValidationException"} <= kinds, "the calls must reach both failures"
+    install(monkeypatch)
+    assert outcomes() == expected
+
+
+def test_each_update_expression_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch)
+    parsed: list[str] = []
+    moto_make = moto_speed._moto_make
+
+    def counted(cls: Any, expression: str) -> Any:
+        parsed.append(expression)
+        return moto_make(cls, expression)
+
+    monkeypatch.setattr(moto_speed, "_moto_make", counted)
+    outcomes()
+    valid = [c["UpdateExpression"] for c in CALLS if c["UpdateExpression"] != "SET = :one"]
+    assert sorted(set(parsed) - {"SET = :one"}) == sorted(set(valid))
+    assert sum(1 for e in parsed if e != "SET = :one") == len(set(valid)), "a valid expression is parsed once"
+    assert parsed.count("SET = :one") == 2, "a failed parse is not kept: each of the two calls parses it again"
+
+
+def test_a_validator_builds_its_processing_map_once_not_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    builds = {"n": 0}
+    original = validators.ActionCountValidator._processing_map
+
+    def counted(self: Any) -> Any:
+        builds["n"] += 1
+        return original(self)
+
+    monkeypatch.setattr(validators.ActionCountValidator, "_processing_map", counted)
+    with mock_aws():
+        db = _table()
+        db.update_item(TableName="t", Key=KEY, **CALLS[0])
+        by_moto = builds["n"]
+        install(monkeypatch)
+        builds["n"] = 0
+        db.update_item(TableName="t", Key={**KEY, "SK": {"S": "STEP#0001#b"}}, **CALLS[0])
+    # A new item is validated twice (before it is created and after), one ActionCountValidator each.
+    assert builds["n"] == 2
+    assert by_moto > 20 * builds["n"], "moto rebuilt it for every node visited"
+
+
+def test_moto_s_services_are_listed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed = tuple(backends.list_of_moto_modules())
+    install(monkeypatch)
+    assert tuple(backends.list_of_moto_modules()) == listed
+    assert "dynamodb" in backends.list_of_moto_modules() and "sqs" in backends.list_of_moto_modules()
+
+
+def test_a_response_class_s_methods_are_moto_s_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto.core import responses as core_responses
+    from moto.dynamodb.responses import DynamoHandler
+    from moto.sqs.responses import SQSResponse
+
+    expected = [core_responses.method_names_from_class(c) for c in (DynamoHandler, SQSResponse)]
+    assert "update_item" in expected[0] and "receive_message" in expected[1]
+    install(monkeypatch)
+    assert [core_responses.method_names_from_class(c) for c in (DynamoHandler, SQSResponse)] == expected
