@@ -5,7 +5,8 @@ and child ends, in every interleaving with the rest; and sagas whose failure (or
 compensate) undoes the committed steps: reverse order, committed steps only, once per commit;
 and the composites, where these meet: a map whose items are undone, a child, a callback, an
 undoable step and a caught one (``composite_undone``: the catch fails too, so the saga unwinds
-past it), and a caught signal wait (``signal_caught``), with a machine of their own (``CompositeMachine``) so the default tier reaches them.
+past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them;
+and a caught signal wait (``signal_caught``).
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
