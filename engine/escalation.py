@@ -1,7 +1,8 @@
 """How a failure for good ends, for every kind of step: caught, compensated, or failed.
 
 ``escalation_for`` decides (pure, a value: ``Next``); ``escalate`` carries the decision out.
-A step with ``catch`` runs its handler (engine/catching.py) instead of failing, once; a
+A step with ``catch`` (any kind: a plain step, a fan-out, a callback, a signal or a poll
+wait, a child) runs its handler (engine/catching.py) instead of failing, once; a
 saga's failure undoes its committed steps (engine/compensation.py) instead of ending FAILED;
 a compensation that fails for good ends COMPENSATION_FAILED. ``FAIL``: the caller fails the
 execution as usual (engine/attempts.py ``fail_execution``).
@@ -30,6 +31,11 @@ class Escalation(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"  # a compensation failed for good
 
 
+# Where a failure for good can be caught: a step or a poll RUNNING, a callback, a signal or a
+# child wait parked WAITING (engine/waits.py, engine/callbacks.py, engine/children.py).
+CATCHABLE = (Status.RUNNING, Status.WAITING)
+
+
 @dataclass(frozen=True)
 class Next:
     to: Escalation
@@ -44,7 +50,9 @@ def escalation_for(spec: WorkflowSpec | None, ex: Execution, st_name: str | None
         return Next(Escalation.FAIL)
     st = spec.steps[ex.current_step] if 0 <= ex.current_step < len(spec.steps) else None
     caught = isinstance(st, StepSpec) and st.catch is not None and st.name == st_name
-    if caught and ex.catching is None and ex.status is Status.RUNNING:
+    # A wait fails for good while WAITING (its timeout, a callback's failure, a child's end)
+    # as often as while RUNNING: either way the execution stands at the step, so it is caught.
+    if caught and ex.catching is None and ex.status in CATCHABLE:
         return Next(Escalation.CATCH)
     if not spec.has_compensation:
         return Next(Escalation.FAIL)

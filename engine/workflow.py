@@ -264,6 +264,12 @@ def _seconds(value: timedelta | float | None, what: str, *, required: bool = Fal
     return seconds
 
 
+def _check_catch(catch: object, name: str) -> None:
+    # Checked at the definition: a handler that cannot run would surface only once the wait failed.
+    if catch is not None and not callable(catch):
+        raise WorkflowDefinitionError(f"catch {catch!r} of step {name!r} is not callable")
+
+
 def _wait_name(name: str, what: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"{what} {name!r} must match {NAME_RE.pattern}")
@@ -277,14 +283,17 @@ def wait_for_callback(
     timeout: timedelta | float | None = None,
     heartbeat_timeout: timedelta | float | None = None,
     retry: RetryPolicy | None = None,
+    catch: CatchFn | None = None,
 ) -> CallbackSpec:
     """Run ``submit(ctx, token)``, then wait WAITING until the token is completed from outside.
 
     The completion's ``result`` is the step's result; a failure, a timeout or a missed
-    heartbeat fails the attempt through ``retry`` (a retry runs submit with a new token).
+    heartbeat fails the attempt through ``retry`` (a retry runs submit with a new token);
+    once the retries are spent, ``catch(ctx, error)`` runs instead of failing, as for a step.
     """
     if not callable(submit):
         raise WorkflowDefinitionError(f"submit {submit!r} is not callable")
+    _check_catch(catch, name)
     return CallbackSpec(
         fn=_nothing,
         name=_wait_name(name, "callback name"),
@@ -292,6 +301,7 @@ def wait_for_callback(
         submit=submit,
         wait_timeout=_seconds(timeout, "timeout"),
         heartbeat_timeout=_seconds(heartbeat_timeout, "heartbeat_timeout"),
+        catch=catch,
     )
 
 
@@ -301,15 +311,18 @@ def wait_for_signal(
     timeout: timedelta | float | None = None,
     retry: RetryPolicy | None = None,
     step_name: str | None = None,
+    catch: CatchFn | None = None,
 ) -> SignalSpec:
     """Wait for the signal ``name`` sent to this execution (one signal feeds one wait)."""
     _wait_name(name, "signal name")
+    _check_catch(catch, name)
     return SignalSpec(
         fn=_nothing,
         name=_wait_name(step_name or f"signal_{name}", "step name"),
         retry=retry,
         signal=name,
         wait_timeout=_seconds(timeout, "timeout"),
+        catch=catch,
     )
 
 
@@ -320,16 +333,19 @@ def wait_until(
     timeout: timedelta | float | None = None,
     name: str | None = None,
     retry: RetryPolicy | None = None,
+    catch: CatchFn | None = None,
 ) -> PollSpec:
     """Durable polling: ``check(ctx)`` returns a result when done or ``NOT_YET``; no Lambda runs between checks."""
     if not callable(check):
         raise WorkflowDefinitionError(f"check {check!r} is not callable")
+    _check_catch(catch, name or check.__name__)
     return PollSpec(
         fn=check,
         name=_wait_name(name or check.__name__, "step name"),
         retry=retry,
         every=_seconds(every, "every", required=True) or 0.0,
         wait_timeout=_seconds(timeout, "timeout"),
+        catch=catch,
     )
 
 
@@ -339,15 +355,18 @@ def child(
     input: Callable[[StepContext], dict[str, Any]] | None = None,
     name: str | None = None,
     retry: RetryPolicy | None = None,
+    catch: CatchFn | None = None,
 ) -> ChildSpec:
     """Start ``workflow`` as a child (id ``<parent>--<step>-<attempt>``) and wait for it to end."""
     if input is not None and not callable(input):
         raise WorkflowDefinitionError(f"child input {input!r} must be a function of the context")
+    _check_catch(catch, name or f"child_{workflow}")
     return ChildSpec(
         fn=input or _empty_input,
         name=_wait_name(name or f"child_{workflow}", "step name"),
         retry=retry,
         workflow=_wait_name(workflow, "child workflow"),
+        catch=catch,
     )
 
 
@@ -433,7 +452,10 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
         if s.compensate is not None:
             out["compensate_retry"] = describe_retry(spec.compensation_policy_for(s))
         return out
-    return {"index": i, "name": s.name, "kind": kind, "retry": describe_retry(spec.policy_for(s)), **_wait_fields(s)}
+    out = {"index": i, "name": s.name, "kind": kind, "retry": describe_retry(spec.policy_for(s)), **_wait_fields(s)}
+    if s.catch is not None:
+        out["catch"] = getattr(s.catch, "__name__", repr(s.catch))
+    return out
 
 
 def _wait_fields(s: StepSpec) -> dict[str, Any]:

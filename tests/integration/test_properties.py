@@ -5,7 +5,8 @@ and child ends, in every interleaving with the rest; and sagas whose failure (or
 compensate) undoes the committed steps: reverse order, committed steps only, once per commit;
 and the composites, where these meet: a map whose items are undone, a child, a callback, an
 undoable step and a caught one (``composite_undone``: the catch fails too, so the saga unwinds
-past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them.
+past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them;
+and a caught signal wait (``signal_caught``).
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
@@ -251,6 +252,10 @@ def registry() -> Registry:
         retry=quick,
     )
     add_workflow(reg, "signalled", [wait_for_signal("go", timeout=900), make_step("s")], retry=quick)
+    # A caught wait: its signal arrives (committed, no catch), or its timeouts exhaust the policy
+    # and the handler's one committed result goes on into "s"; a signal after the catch stays kept.
+    caught_wait = wait_for_signal("go", timeout=900, step_name="wait_w", catch=make_catch("w"))
+    add_workflow(reg, "signal_caught", [caught_wait, make_step("s")], retry=quick)
     add_workflow(reg, "kid", [make_step("k")], retry=quick)
     add_workflow(reg, "parent", [child("kid"), make_step("q")], retry=quick)
     # fails["f"] == 3 exhausts f's retries: the saga is undone (its undo of a fails as often as "a" did).
@@ -700,6 +705,8 @@ class EngineMachine(RuleBasedStateMachine):
                 if record.name.endswith("#catch"):
                     # The handler's one committed result is in the context; the step's own record failed.
                     assert record.result in self.model.caught[(execution_id, record.index)]
+                    if isinstance(spec.steps[record.index], SignalSpec):
+                        event("wait caught")
                     (key,) = record.result
                     if ex.current_step > record.index or ex.status in UNDONE:
                         assert ex.context[key] == record.result[key]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine import NonRetryableError, Registry, RetryPolicy, step, workflow
+from engine.errors import WaitEnded
+from engine.workflow import wait_for_callback
 from loom.testing import WorkflowTest
 
 undo_calls: list[str] = []
@@ -98,3 +102,44 @@ def test_a_caught_failure_goes_on_and_a_crash_in_the_handler_is_recovered():
             ("ship#catch", "COMPLETED"),
             ("after", "COMPLETED"),
         ]
+
+
+def test_a_caught_callback_wait_goes_on_with_the_handlers_result():
+    reg = Registry()
+    tokens: list[str] = []
+    handled: list[tuple[str, str]] = []
+
+    def fallback(ctx, error):
+        handled.append((ctx.idempotency_key, error["type"]))
+        return {"approved_by": "default", "reason": error["message"]}
+
+    def after(ctx):
+        return {"saw": ctx.data.get("approved_by")}
+
+    approval = wait_for_callback("approval", submit=lambda ctx, token: tokens.append(token), catch=fallback)
+
+    @workflow("caught_wait_unit", registry=reg)
+    class CaughtWait:
+        steps = [approval, after]
+        retry = RetryPolicy(max_attempts=2)
+
+    with WorkflowTest(reg) as wt:
+        wt.duplicate_next_deliveries(10)
+        wt.crash("after_step", step="approval", phase="catch")
+        ex_id = wt.start("caught_wait_unit", {}, execution_id="w1")
+        for _ in range(2):  # the first failure retries with a new token; the second is for good
+            wt.run(ex_id)
+            wt.fail_callback(tokens[-1], "Rejected", "no reviewer")
+        ex = wt.run(ex_id)
+        assert len(tokens) == 2
+        assert ex is not None and ex.status.value == "COMPLETED", ex
+        assert ex.context["saw"] == "default" and "no reviewer" in ex.context["reason"]
+        assert handled == [("w1:0:catch", "CallbackFailed")] * 2, "killed after it ran; the redelivery ran it again"
+        assert [(n, s) for n, s, _ in wt.steps(ex_id)] == [
+            ("approval", "FAILED"),
+            ("approval#catch", "COMPLETED"),
+            ("after", "COMPLETED"),
+        ]
+        with pytest.raises(WaitEnded):
+            wt.complete_callback(tokens[-1], {"late": True})
+        assert "late" not in wt.execution(ex_id).context and not wt.dead_letters
