@@ -42,9 +42,12 @@ STORE_WRITES = frozenset(
         "decide_join",
         "commit_item",
         "fail_item",
+        "put_schedule",
+        "delete_schedule",
     }
 )
 LEDGER_WRITE = "DynamoLedger.apply"
+STORE_PARTS = frozenset({"FanStore", "ScheduleStore"})  # mixed into DynamoStore
 
 
 def is_conditional(operation: str, params: dict[str, Any]) -> bool:
@@ -79,7 +82,13 @@ def site_of(frame: FrameType | None) -> str:
                 break
     if adapter is None:
         return "<not an adapter's write>"
-    return " <- ".join([adapter.replace("FanStore.", "DynamoStore."), *callers])
+    return " <- ".join([_as_store(adapter), *callers])
+
+
+def _as_store(method: str) -> str:
+    """FanStore and ScheduleStore are parts of DynamoStore: a site names the store the engine holds."""
+    owner, _, name = method.rpartition(".")
+    return f"DynamoStore.{name}" if owner in STORE_PARTS else method
 
 
 def innermost(site: str) -> tuple[str, str]:
@@ -111,6 +120,7 @@ class LostAt:
     def __init__(self, client: Any) -> None:
         self._armed: dict[str, int] = {}  # site -> how many more of its applied writes to let through
         self.lost: list[str] = []
+        self.lost_requests: list[dict[str, Any]] = []  # the request bodies whose answers were lost
         self.applied: list[str] = []  # the sites of the applied conditional writes, in order
         for operation in WRITE_OPERATIONS:
             client.meta.events.register(f"needs-retry.dynamodb.{operation}", self._needs_retry)
@@ -135,6 +145,7 @@ class LostAt:
             return None
         del self._armed[site]
         self.lost.append(site)
+        self.lost_requests.append(_body(request_dict))
         return 0  # seconds to wait before botocore sends the same request again
 
 

@@ -9,7 +9,9 @@ a map longer than the lease...) together reach every write site (tests/integrati
 ``outcome`` is everything about how an execution ended that a lost write answer must not
 change: status, context, error, history (every record's attempts), the fan-out items and join,
 the children, the signals, the ledger's effects, runs and duplicates, the dead letters. The
-execution's id is replaced by ``X`` so that two runs of a scenario compare equal.
+execution's id is replaced by ``X`` so that two runs of a scenario compare equal. The schedules
+scenario ends as more than its executions (``schedule_outcome``): the cursors and each sweep's
+counts too, with its times taken relative to the day it starts on.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import chaos.workflows  # noqa: F401  (registers the chaos workflows in default_registry)
@@ -27,7 +29,7 @@ from engine import NonRetryableError, Registry, RetryPolicy, StepContext, defaul
 from engine.adapters.ledger import DynamoLedger
 from engine.fanout_spec import map, parallel
 from engine.lifecycle import child_id
-from engine.state import Execution
+from engine.state import Execution, ScheduleCursor
 from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
 from loom.testing import StillRunning, WorkerDied, WorkflowTest
 
@@ -57,6 +59,9 @@ class World:
 
     tokens: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     t: WorkflowTest | None = None
+    # A scenario that first moves the clock to a time of day of its own: where its time starts.
+    origins: dict[str, float] = field(default_factory=dict)
+    sweeps: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
 
     def submit(self, ctx: StepContext, token: str) -> None:
         self.tokens[ctx.execution_id].append(token)
@@ -109,6 +114,11 @@ class World:
             raise RuntimeError(f"item {ctx.item} fails (run {runs})")
         ledger.apply(ctx.idempotency_key, {"kind": "item", "item": ctx.item})
         return ctx.item
+
+    def report(self, ctx: StepContext) -> dict[str, Any]:
+        """A scheduled run's one step: its effect names the fire time it stands for."""
+        self.ledger(ctx).apply(ctx.idempotency_key, {"kind": "report", "for": ctx.data["scheduled_at"]})
+        return {"for": ctx.data["scheduled_at"]}
 
     def caught(self, ctx: StepContext, error: dict[str, Any]) -> dict[str, Any]:
         ledger = self.ledger(ctx)
@@ -425,6 +435,66 @@ def signal_repeat(t: WorkflowTest, world: World, eid: str) -> None:
     t.run(eid)
 
 
+HOUR, DAY = 3600.0, 86_400.0
+# The scheduled workflows of the schedules scenario (named ``<eid>-<name>``): (schedule, catch_up).
+FIRST_DEPLOY = {
+    "daily": ("cron(0 12 * * ? *)", "run_once"),
+    "gone": ("rate(1 day)", "run_once"),
+    "hourly": ("rate(1 hour)", "run_once"),
+    "skip": ("rate(1 hour)", "skip"),
+}
+# The next deploy: daily's expression changes (RESET), gone loses its schedule (REMOVE), fresh is new.
+NEXT_DEPLOY = {
+    **FIRST_DEPLOY,
+    "daily": ("cron(30 12 * * ? *)", "run_once"),
+    "gone": (None, "run_once"),
+    "fresh": ("rate(1 hour)", "run_once"),
+}
+
+
+def _deployed(base: Registry, world: World, eid: str, scheduled: dict[str, tuple[str | None, str]]) -> Registry:
+    reg = Registry()
+    for spec in base:
+        reg.add(spec)
+    for name, (expression, catch_up) in scheduled.items():
+        reg.add(build_spec(f"{eid}-{name}", [world.report], schedule=expression, catch_up=catch_up))
+    return reg
+
+
+def _tick(t: WorkflowTest, world: World, eid: str, report: Any) -> None:
+    """Note what a sweep counted, then run what it started to its end."""
+    world.sweeps[eid].append([report.fired, report.fires_skipped, report.errors])
+    for ex in t.engine.list(limit=1000).items:
+        if ex.id.startswith(f"{eid}-"):
+            t.run(ex.id)
+
+
+def schedules(t: WorkflowTest, world: World, eid: str) -> None:
+    """Scheduled workflows fired by the sweep as the clock moves: cursors made before a jump, two
+    firings on time, an outage (one catch-up run; none under skip), a deploy that changes one
+    schedule, removes another and adds a third, then three firings on time.
+
+    The workflows are named after ``eid`` (their runs' ids start with it, and a second run of the
+    scenario in the same table has cursors of its own); they are deployed for the scenario only,
+    so that no other scenario's sweep reads a cursor. The day starts at the next midnight (UTC).
+    """
+    base = t.engine.registry
+    origin = world.origins[eid] = (t.clock.now() // DAY + 1) * DAY
+    t.clock.set(origin + 0.5 * HOUR)
+    try:
+        t.engine.registry = _deployed(base, world, eid, FIRST_DEPLOY)
+        _tick(t, world, eid, t.advance(0.5 * HOUR + 30))  # cursors made at 00:30; 01:00 fires
+        t.clock.set(origin + 3.5 * HOUR)  # no sweep at 02:00 or 03:00
+        _tick(t, world, eid, t.engine.sweep())
+        t.engine.registry = _deployed(base, world, eid, NEXT_DEPLOY)
+        t.clock.advance(60)
+        _tick(t, world, eid, t.engine.sweep())
+        t.clock.set(origin + 4 * HOUR + 30)
+        _tick(t, world, eid, t.engine.sweep())
+    finally:
+        t.engine.registry = base
+
+
 SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "fulfillment": plain("order_fulfillment", {"order_id": "o1", "amount": 5}),
     "payment_retry": plain("payment_retry", {"order_id": "o1", "amount": 5}),
@@ -463,6 +533,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "crash_after_step": crash_after_step,
     "crash_fanout": crash_fanout,
     "signal_repeat": signal_repeat,
+    "schedules": schedules,
 }
 
 
@@ -495,6 +566,47 @@ def outcome(t: WorkflowTest, eid: str) -> Any:
             "dead_letters": sum(1 for d in t.queue.dead_letters if d.get("execution_id") == xid and "loom" in d),
         }
     return json.loads(json.dumps(found, sort_keys=True, default=str).replace(eid, "X"))
+
+
+def schedule_outcome(t: WorkflowTest, world: World, eid: str) -> Any:
+    """How the schedules scenario ended: the runs started (their ids name their fire times), each
+    cursor, and what each sweep counted (started, passed over, errors). Times are relative to the
+    scenario's first midnight: a day ``D0``/``D1`` in an id or an input, seconds since in a cursor."""
+    origin = world.origins[eid]
+    cursors = [
+        {
+            "workflow": c.workflow,
+            "expression": c.expression,
+            "version": c.version,
+            **{k: None if v is None else v - origin for k, v in _cursor_times(c).items()},
+        }
+        for c in t.store.schedules()
+        if c.workflow.startswith(f"{eid}-")
+    ]
+    text = json.dumps({"runs": outcome(t, eid), "cursors": cursors, "sweeps": world.sweeps[eid]}, sort_keys=True)
+    for day in (0, 1):
+        when = datetime.fromtimestamp(origin + day * DAY, UTC)
+        text = text.replace(when.strftime("%Y%m%d"), f"D{day}").replace(when.strftime("%Y-%m-%d"), f"D{day}")
+    return json.loads(text.replace(eid, "X"))
+
+
+def _cursor_times(cursor: ScheduleCursor) -> dict[str, float | None]:
+    return {
+        "next_fire": cursor.next_fire,
+        "pending": cursor.pending,
+        "last_fired": cursor.last_fired,
+        "updated_at": cursor.updated_at,
+    }
+
+
+# A scenario that ends as more than its executions, or whose executions' ids hold the clock's date.
+OUTCOMES: dict[str, Callable[[WorkflowTest, World, str], Any]] = {"schedules": schedule_outcome}
+
+
+def ended(t: WorkflowTest, world: World, scenario: str, eid: str) -> Any:
+    """How the scenario ``scenario`` driven as ``eid`` ended."""
+    special = OUTCOMES.get(scenario)
+    return outcome(t, eid) if special is None else special(t, world, eid)
 
 
 def _entries(ledger: DynamoLedger, xid: str) -> dict[str, Any]:
