@@ -81,6 +81,8 @@ class Wait:
     heartbeat_deadline: float | None = None
     child_id: str | None = None
     polls: int = 0
+    # A stateful poll's state after its last not-yet (engine/polls.py); None before the first.
+    state: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", WaitKind(self.kind))

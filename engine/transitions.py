@@ -233,13 +233,14 @@ def waiting_state(ex: Execution, wait: Wait, now: float) -> Execution:
     return ex.evolve(now, status=Status.WAITING, wait=wait, next_wake_at=wait.wake_at(), ready_at=None)
 
 
-def not_yet_state(ex: Execution, wait: Wait, every: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
-    """A poll's check said not yet: the same attempt runs again ``every`` seconds from now.
+def not_yet_state(ex: Execution, wait: Wait, delay: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """A poll's check said not yet: the same attempt runs again ``delay`` seconds from now,
+    with ``wait`` (its check count and state) as the next check's.
 
     Like a retry's backoff, but the attempt number stays: a delayed message up to SQS's
     15 minutes (the lease covers its loss), the sweeper beyond that.
     """
-    ready = now + every
+    ready = now + delay
     if wait.deadline is not None:
         ready = min(ready, wait.deadline)
     message = StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.STEP)
