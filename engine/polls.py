@@ -3,14 +3,17 @@
     RUNNING(step i, attempt a) ──check(ctx[, state])──► result ──► commit + advance (as any step)
            ▲                      └──► NOT_YET / not_yet(state) ──► one write: same attempt,
            │                             ready_at = now + the strategy's delay, wait.polls + 1,
-           │                             wait.state = the state the next check gets
+           │                             wait.checkpoint = {state: what the next check gets}
            └──── delayed message (<= 15 min) or the sweeper (longer) ──┘
     past wait.deadline: the attempt fails with PollTimeout; at max_checks with PollExhausted,
     both through the step's retry policy (engine/poll_plan.py decides).
 
-The deadline is set by the attempt's first check and kept, with the check count and the state,
-in the execution's ``wait``: that one conditional write is the checkpoint between two checks.
-A retry is a new attempt, so it gets a fresh deadline, count and ``initial_state``.
+The deadline is set by the attempt's first check and kept, with the check count and the
+checkpoint, in the execution's ``wait``: that one conditional write is the checkpoint between
+two checks. A retry is a new attempt: a fresh deadline and count, but the state the last
+not-yet checkpointed (``transitions.carried_wait``), so a check that raised, or a worker lost
+mid-check, never throws the poll's progress away. A catch round or a redrive starts from
+``initial_state``.
 """
 
 from __future__ import annotations
@@ -31,21 +34,28 @@ from engine.state import AttemptOutcome, Execution, Wait, WaitKind, canonical_js
 from engine.workflow import NOT_YET, NotYet, PollSpec, StepContext, StepSpec, WorkflowSpec
 
 
-def poll_wait(ex: Execution, st: PollSpec, now: float) -> Wait:
-    """This attempt's poll state: the one the execution holds, or a fresh one from its first check."""
+def _poll_here(ex: Execution) -> Wait | None:
     w = ex.wait
-    if w is not None and w.kind is WaitKind.POLL and w.step == ex.current_step and w.attempt == ex.attempt:
+    return w if w is not None and w.kind is WaitKind.POLL and w.step == ex.current_step else None
+
+
+def poll_wait(ex: Execution, st: PollSpec, now: float) -> Wait:
+    """This attempt's poll: the one the execution holds, or a fresh count and deadline from its
+    first check (with the checkpoint an earlier attempt of the step left, if any)."""
+    w = _poll_here(ex)
+    if w is not None and w.attempt == ex.attempt:
         return w
     deadline = None if st.wait_timeout is None else now + st.wait_timeout
-    return Wait(WaitKind.POLL, ex.current_step, ex.attempt, name=st.name, deadline=deadline)
+    kept = None if w is None else w.checkpoint
+    return Wait(WaitKind.POLL, ex.current_step, ex.attempt, name=st.name, deadline=deadline, checkpoint=kept)
 
 
 def current_state(ex: Execution, st: PollSpec) -> Any:
-    """What the next check gets: the checkpointed state, or ``initial_state`` before the first not-yet."""
-    w = ex.wait
-    if w is not None and w.kind is WaitKind.POLL and w.step == ex.current_step and w.attempt == ex.attempt:
-        return json.loads(canonical_json(w.state)) if w.polls > 0 else st.initial_state()
-    return st.initial_state()
+    """What the next check gets: a fresh copy of the checkpointed state, else ``initial_state``."""
+    w = _poll_here(ex)
+    if w is None or w.checkpoint is None:
+        return st.initial_state()
+    return json.loads(canonical_json(w.checkpoint.get("state")))
 
 
 def check(ex: Execution, st: PollSpec, ctx: StepContext) -> Any:
@@ -102,7 +112,8 @@ def not_yet(
     if plan.verdict is not PollVerdict.AGAIN:
         error = exhausted(st, plan)
         return fail_attempt(parts, ex, spec, st, error, started_at=started_at, outcome=AttemptOutcome.FAILED)
-    wait = replace(wait, polls=plan.checks, state=state)
+    checkpoint = {"state": state} if st.stateful else None
+    wait = replace(wait, polls=plan.checks, checkpoint=checkpoint)
     new, effects = tr.not_yet_state(ex, wait, plan.delay, now, parts.config)
     try:
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
