@@ -128,3 +128,18 @@ def test_the_poll_describes_its_strategy_and_bounds() -> None:
     [step] = spec.describe()["steps"]
     assert step["kind"] == "poll" and step["every"] == 5.0 and step["max_checks"] == 7 and step["stateful"]
     assert step["strategy"] == {"kind": "exponential", "initial": 5.0, "factor": 3.0, "max": 90.0, "jitter": "full"}
+
+
+def test_a_retry_keeps_a_polls_checkpoint_and_nothing_else_of_its_wait() -> None:
+    from engine.config import EngineConfig
+    from engine.transitions import retry_state
+    from tests.unit.test_transitions import execution
+
+    cfg = EngineConfig()
+    polled = Wait(WaitKind.POLL, 0, 1, name="p", deadline=50.0, polls=4, checkpoint={"state": None})
+    new, _ = retry_state(execution(current_step=0, attempt=1, wait=polled), 5.0, 10.0, cfg)
+    assert new.attempt == 2 and new.wait == Wait(WaitKind.POLL, 0, 1, name="p", checkpoint={"state": None})
+    stateless = Wait(WaitKind.POLL, 0, 1, name="p", deadline=50.0, polls=4)
+    assert retry_state(execution(current_step=0, wait=stateless), 5.0, 10.0, cfg)[0].wait is None
+    signal = Wait(WaitKind.SIGNAL, 0, 1, name="s", checkpoint={"state": 1})
+    assert retry_state(execution(current_step=0, wait=signal), 5.0, 10.0, cfg)[0].wait is None
