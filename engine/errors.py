@@ -181,7 +181,11 @@ class SignalTimeout(WaitTimeout):
     """No signal arrived before the wait's timeout."""
 
 
-class PollTimeout(WaitTimeout):
+class PollExhausted(WaitTimeout):
+    """The check still said not yet when the poll's bound ran out (``max_checks``, or its timeout)."""
+
+
+class PollTimeout(PollExhausted):
     """The check still said not yet when the poll's timeout passed."""
 
 

@@ -93,7 +93,8 @@ def _state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
         return State(StateKind.COMPENSATING, f"compensating step {name} (attempt {ex.round_attempt})")
     if ex.status is Status.WAITING and ex.wait is not None:
         return _waiting(ex, name)
-    if ex.wait is not None and ex.wait.kind is WaitKind.POLL and ex.ready_at is not None and ex.ready_at > now:
+    w = ex.wait
+    if w is not None and w.kind is WaitKind.POLL and w.attempt == ex.attempt and ex.ready_at and ex.ready_at > now:
         # A poll waits between checks as RUNNING: for a reader it is waiting.
         return State(StateKind.WAITING, f"polling {name}: next check at {stamp(ex.ready_at)}", ex.ready_at)
     if ex.ready_at is not None and ex.ready_at > now:

@@ -81,6 +81,9 @@ class Wait:
     heartbeat_deadline: float | None = None
     child_id: str | None = None
     polls: int = 0
+    # A stateful poll's checkpoint, ``{"state": <the last not-yet's state>}``: absent before the
+    # first not-yet (so that a state of None is still a state). Kept across the step's retries.
+    checkpoint: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", WaitKind(self.kind))

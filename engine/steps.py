@@ -16,7 +16,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus
-from engine.workflow import NOT_YET, SleepSpec, StepSpec, WorkflowSpec
+from engine.workflow import PollSpec, SleepSpec, StepSpec, WorkflowSpec
 
 
 def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> LinkResult:
@@ -26,9 +26,9 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
     started = parts.clock.now()
     log.info("step.started")
     try:
-        raw: Any = st.fn(ctx)
-        if raw is NOT_YET:
-            return polls.not_yet(parts, ex, spec, st, started_at=started)
+        raw: Any = polls.check(ex, st, ctx) if isinstance(st, PollSpec) else st.fn(ctx)
+        if polls.said_not_yet(raw):
+            return polls.not_yet(parts, ex, spec, st, raw, started_at=started)
         result = check_result(ex, raw)
     except Exception as exc:
         return fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)

@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.messages import MessageKind, StepMessage
-from engine.state import Execution, Status, Wait
+from engine.state import Execution, Status, Wait, WaitKind
 from engine.workflow import SleepSpec, StepSpec, WorkflowSpec
 
 
@@ -101,16 +101,27 @@ def start_state(ex: Execution, spec: WorkflowSpec, cfg: EngineConfig) -> tuple[E
     return new, Effects(run_next=StepMessage(ex.id, 0, 1, MessageKind.STEP))
 
 
+def carried_wait(ex: Execution) -> Wait | None:
+    """What a retry keeps of the current wait: a poll's checkpoint (its state), nothing else.
+    The old attempt number stays on it, so the retry's first check starts a fresh count and
+    deadline (``polls.poll_wait``) from the state the last not-yet wrote."""
+    w = ex.wait
+    if w is None or w.kind is not WaitKind.POLL or w.checkpoint is None or w.step != ex.current_step:
+        return None
+    return Wait(WaitKind.POLL, w.step, w.attempt, name=w.name, checkpoint=w.checkpoint)
+
+
 def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
     """Schedule the next attempt ``delay`` seconds from now."""
     ready = now + delay
+    kept = carried_wait(ex)
     message = StepMessage(ex.id, ex.current_step, ex.attempt + 1, MessageKind.RETRY)
     if delay <= cfg.max_sqs_delay:
         # The delayed message runs it; the lease covers that message being lost.
         new = ex.evolve(
             now,
             status=Status.RUNNING,  # a failed wait retries as a step does
-            wait=None,
+            wait=kept,
             attempt=ex.attempt + 1,
             started_attempt=0,
             ready_at=ready,
@@ -121,7 +132,7 @@ def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> t
     new = ex.evolve(
         now,
         status=Status.RUNNING,
-        wait=None,
+        wait=kept,
         attempt=ex.attempt + 1,
         started_attempt=0,
         ready_at=ready,
@@ -233,13 +244,14 @@ def waiting_state(ex: Execution, wait: Wait, now: float) -> Execution:
     return ex.evolve(now, status=Status.WAITING, wait=wait, next_wake_at=wait.wake_at(), ready_at=None)
 
 
-def not_yet_state(ex: Execution, wait: Wait, every: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
-    """A poll's check said not yet: the same attempt runs again ``every`` seconds from now.
+def not_yet_state(ex: Execution, wait: Wait, delay: float, now: float, cfg: EngineConfig) -> tuple[Execution, Effects]:
+    """A poll's check said not yet: the same attempt runs again ``delay`` seconds from now,
+    with ``wait`` (its check count and state) as the next check's.
 
     Like a retry's backoff, but the attempt number stays: a delayed message up to SQS's
     15 minutes (the lease covers its loss), the sweeper beyond that.
     """
-    ready = now + every
+    ready = now + delay
     if wait.deadline is not None:
         ready = min(ready, wait.deadline)
     message = StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.STEP)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -12,9 +14,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from engine.errors import UnknownWorkflow, WorkflowDefinitionError
+from engine.poll_strategy import Exponential, Fixed, PollStrategy
+from engine.poll_strategy import exponential as exponential  # re-exported: the authoring API
+from engine.poll_strategy import fixed as fixed
 from engine.retry import RetryPolicy
 from engine.schedule_expr import CatchUp
 from engine.schedule_expr import parse as parse_schedule
+from engine.state import canonical_json
 
 
 class Phase(StrEnum):
@@ -143,6 +149,18 @@ class _NotYet:
 NOT_YET = _NotYet()
 
 
+@dataclass(frozen=True)
+class NotYet:
+    """What a stateful check returns to be called again with ``state`` (``not_yet(state)``)."""
+
+    state: Any
+
+
+def not_yet(state: Any) -> NotYet:
+    """Not done yet: checkpoint ``state`` (JSON) and pass it to the next check."""
+    return NotYet(state)
+
+
 def _no_submit(ctx: StepContext, token: str) -> None:
     return None
 
@@ -175,10 +193,27 @@ class SignalSpec(StepSpec):
 
 @dataclass(frozen=True)
 class PollSpec(StepSpec):
-    """``fn`` is the check: a result when done, ``NOT_YET`` to be called again after ``every``."""
+    """``fn`` is the check: a result when done, ``NOT_YET`` (or ``not_yet(state)``) to be
+    called again after the strategy's delay. A stateful poll (``state_json`` set: the initial
+    state, as canonical JSON so that the spec stays immutable) calls ``fn(ctx, state)``."""
 
-    every: float = 60.0
+    strategy: PollStrategy = field(default_factory=lambda: Fixed(60.0))
     wait_timeout: float | None = None
+    max_checks: int | None = None
+    state_json: str | None = None
+
+    @property
+    def every(self) -> float:
+        """The first delay (the console's "checks every")."""
+        return self.strategy.seconds if isinstance(self.strategy, Fixed) else self.strategy.initial
+
+    @property
+    def stateful(self) -> bool:
+        return self.state_json is not None
+
+    def initial_state(self) -> Any:
+        """A fresh copy: a check that mutates its state never changes the spec's."""
+        return None if self.state_json is None else json.loads(self.state_json)
 
 
 @dataclass(frozen=True)
@@ -326,27 +361,92 @@ def wait_for_signal(
     )
 
 
+class _Stateless:
+    def __repr__(self) -> str:
+        return "<no state>"
+
+
+_STATELESS: Any = _Stateless()
+
+
 def wait_until(
-    check: StepFn,
+    check: Callable[..., Any],
     *,
-    every: timedelta | float,
+    every: timedelta | float | None = None,
+    strategy: PollStrategy | None = None,
     timeout: timedelta | float | None = None,
+    max_checks: int | None = None,
+    initial_state: Any = _STATELESS,
     name: str | None = None,
     retry: RetryPolicy | None = None,
     catch: CatchFn | None = None,
 ) -> PollSpec:
-    """Durable polling: ``check(ctx)`` returns a result when done or ``NOT_YET``; no Lambda runs between checks."""
+    """Durable polling; no Lambda runs between checks.
+
+    ``check(ctx)`` returns a result (a dict or None) when done, or ``NOT_YET``. With
+    ``initial_state=`` (any JSON value) the check is ``check(ctx, state)``: the first gets
+    ``initial_state``, and ``return not_yet(new_state)`` checkpoints ``new_state`` for the next
+    (``NOT_YET`` keeps the state as it was). Between checks: ``every=`` seconds, or
+    ``strategy=fixed(s)`` / ``exponential(initial, factor, max, jitter)``. Bounds, per attempt:
+    ``timeout`` (PollTimeout) and ``max_checks`` (PollExhausted); either fails the attempt
+    through ``retry``, then ``catch`` if given, like any step failure.
+    """
     if not callable(check):
         raise WorkflowDefinitionError(f"check {check!r} is not callable")
-    _check_catch(catch, name or check.__name__)
+    step_name = _wait_name(name or str(getattr(check, "__name__", "")), "step name")
+    _check_catch(catch, step_name)
+    stateful = initial_state is not _STATELESS
+    _check_arity(check, 2 if stateful else 1, step_name)
     return PollSpec(
         fn=check,
-        name=_wait_name(name or check.__name__, "step name"),
+        name=step_name,
         retry=retry,
-        every=_seconds(every, "every", required=True) or 0.0,
-        wait_timeout=_seconds(timeout, "timeout"),
         catch=catch,
+        strategy=_poll_strategy(every, strategy, step_name),
+        wait_timeout=_seconds(timeout, "timeout"),
+        max_checks=_max_checks(max_checks, step_name),
+        state_json=_state_json(initial_state, step_name) if stateful else None,
     )
+
+
+def _poll_strategy(every: timedelta | float | None, strategy: object, name: str) -> PollStrategy:
+    if every is not None and strategy is not None:
+        raise WorkflowDefinitionError(f"poll {name!r}: give every= or strategy=, not both")
+    if strategy is not None:
+        if not isinstance(strategy, (Fixed, Exponential)):
+            raise WorkflowDefinitionError(
+                f"poll {name!r}: strategy must be fixed(seconds) or exponential(...), not {strategy!r}"
+            )
+        return strategy
+    if every is None:
+        raise WorkflowDefinitionError(f"poll {name!r}: every= or strategy= is required")
+    return Fixed(_seconds(every, "every", required=True) or 0.0)
+
+
+def _max_checks(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkflowDefinitionError(f"poll {name!r}: max_checks must be a whole number >= 1, not {value!r}")
+    return value
+
+
+def _state_json(state: Any, name: str) -> str:
+    try:
+        return canonical_json(state)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowDefinitionError(f"poll {name!r}: initial_state must be JSON: {exc}") from None
+
+
+def _check_arity(check: Callable[..., Any], count: int, name: str) -> None:
+    """A check must take the arguments it will get: (ctx), or (ctx, state) with initial_state."""
+    try:
+        inspect.signature(check).bind(*range(count))
+    except TypeError:
+        takes = "(ctx, state), since initial_state is given" if count == 2 else "(ctx); pass initial_state= for state"
+        raise WorkflowDefinitionError(f"poll {name!r}: the check must take {takes}") from None
+    except ValueError:
+        return  # no signature to read (some builtins): the first call tells
 
 
 def child(
@@ -469,6 +569,9 @@ def _wait_fields(s: StepSpec) -> dict[str, Any]:
         out["signal"] = s.signal
     elif isinstance(s, PollSpec):
         out["every"] = s.every
+        out["strategy"] = s.strategy.describe()
+        out["max_checks"] = s.max_checks
+        out["stateful"] = s.stateful
     elif isinstance(s, ChildSpec):
         out["workflow"] = s.workflow
     return out

@@ -5,6 +5,9 @@
 - ``payment_webhook``: a payment provider answers a webhook-style callback
   (``POST /callbacks/{token}/succeed``), then the settlement is polled durably.
 - ``order_with_children``: a parent starts two child workflows and waits for both.
+- ``report_export``: a poll that carries state: each check collects the export's chunks that
+  are ready and checkpoints what it has, backing off exponentially, at most ``max_checks``
+  checks; an export that never finishes is caught and the report goes out without it.
 
 The "outside world" of these examples is the side-effect ledger: ``request_payment``
 hands its token to the provider by landing it there (the provider's inbox), which is
@@ -17,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from engine import NonRetryableError, RetryPolicy, StepContext, workflow
-from engine.workflow import NOT_YET, child, wait_for_callback, wait_for_signal, wait_until
+from engine.workflow import NOT_YET, child, exponential, not_yet, wait_for_callback, wait_for_signal, wait_until
 from workflows.examples import notify_customer, reserve_inventory, ship_order
 
 
@@ -99,3 +102,45 @@ class OrderWithChildren:
         child("courier_booking", input=courier_input),
         notify_customer,
     ]
+
+
+def collect_export(ctx: StepContext, state: dict[str, Any]) -> Any:
+    """Fetch the chunks of the export that are ready since the last check; done when all are in.
+
+    ``state`` is what earlier checks collected, checkpointed after each: a crash between two
+    checks fetches nothing twice. The example's export service makes one chunk ready per check
+    (``ready_per_check``), out of ``chunks``.
+    """
+    total = int(ctx.data.get("chunks", 3))
+    have = list(state["chunks"])
+    ready = min(total, len(have) + int(ctx.data.get("ready_per_check", 1)))
+    have += [f"chunk-{i + 1}" for i in range(len(have), ready)]
+    if len(have) >= total:
+        return {"export": have}
+    return not_yet({"chunks": have})
+
+
+def export_unavailable(ctx: StepContext, error: dict[str, Any]) -> dict[str, Any]:
+    """The export never finished within its checks: the report goes out without it."""
+    return {"export": None, "export_error": error["type"]}
+
+
+def publish_report(ctx: StepContext) -> dict[str, Any]:
+    export = ctx.data.get("export")
+    return {"published": True, "attached_chunks": 0 if export is None else len(export)}
+
+
+@workflow("report_export")
+class ReportExport:
+    steps = [
+        wait_until(
+            collect_export,
+            initial_state={"chunks": []},
+            strategy=exponential(initial=10, factor=2, max=600),  # 10 s, 20 s, 40 s ... 10 min, full jitter
+            max_checks=8,
+            timeout=timedelta(hours=2),
+            catch=export_unavailable,
+        ),
+        publish_report,
+    ]
+    retry = RetryPolicy(max_attempts=1)  # an export past its checks is not polled again: it is caught

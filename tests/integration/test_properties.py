@@ -55,7 +55,16 @@ from engine.messages import MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
 from engine.state import AttemptOutcome
 from engine.sweeper import backlog_patience, may_be_parked
-from engine.workflow import CallbackSpec, ChildSpec, SignalSpec, child, wait_for_callback, wait_for_signal
+from engine.workflow import (
+    CallbackSpec,
+    ChildSpec,
+    SignalSpec,
+    child,
+    not_yet,
+    wait_for_callback,
+    wait_for_signal,
+    wait_until,
+)
 from loom.testing.moto_resources import moto_kept, template_resources
 from tests.integration.engine_support import Crash, CrashAt, LostAnswers, WatchedStore, WriteKind, add_workflow
 
@@ -101,6 +110,10 @@ class Model:
         self.items: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         # Fan-out items' undos, as run: (execution id, step index, item index, the item result it saw).
         self.item_undo_runs: list[tuple[str, int, int, dict[str, Any]]] = []
+        # The longest poll state the invariants saw checkpointed, per execution: no later check
+        # may be given a shorter one (a lost checkpoint), whatever crashed or retried between.
+        self.checkpointed: dict[str, int] = {}
+        self.lost_state: list[tuple[str, int]] = []
 
 
 def submit(ctx: Any, token: str) -> None:
@@ -192,6 +205,26 @@ def make_step(
 
 
 FAN_ITEMS = 3
+POLL_PAGES = 3
+
+
+def poll_pages(ctx: Any, state: dict[str, Any]) -> Any:
+    """A stateful poll (named "f": it fails its second check in the first ``fails["f"]``
+    attempts, so a retry goes on from the checkpoint): one page per check, done at POLL_PAGES."""
+    model: Model = ctx.services["model"]
+    model.runs[(ctx.execution_id, ctx.step_index, ctx.attempt)] += 1
+    got = len(state["log"])
+    if got < model.checkpointed.get(ctx.execution_id, 0):
+        model.lost_state.append((ctx.execution_id, got))  # asserted by an invariant: the engine would catch it
+    _while_running(model, ctx)
+    if got == 1 and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0)):
+        raise Flaky(f"the poll fails attempt {ctx.attempt}")
+    log = [*state["log"], f"p{got + 1}"]
+    if len(log) < POLL_PAGES:
+        return not_yet({"log": log})
+    result = {"f": [*log, f"#{next(model.tokens)}"]}
+    model.results[(ctx.execution_id, ctx.step_index)].append(result)
+    return result
 
 
 def fan_item(ctx: Any) -> dict[str, Any]:
@@ -266,6 +299,8 @@ def registry() -> Registry:
     add_workflow(reg, "fan", [make_step("a"), items, make_step("z")], retry=quick)
     add_workflow(reg, "composite", composite(refuse=False), retry=quick)
     add_workflow(reg, "composite_undone", composite(refuse=True), retry=quick)
+    poll = wait_until(poll_pages, every=30, initial_state={"log": []}, max_checks=6, name="f")
+    add_workflow(reg, "polled", [poll, make_step("z")], retry=quick)
     return reg
 
 
@@ -624,6 +659,9 @@ class EngineMachine(RuleBasedStateMachine):
                 assert ex.next_wake_at is None
                 first = self.first_terminal.setdefault(execution_id, ex.status)
                 assert ex.status is first, f"{execution_id} went from {first} to {ex.status}"
+            if ex.wait is not None and ex.wait.checkpoint is not None and ex.current_step == 0:
+                seen = len(ex.wait.checkpoint["state"]["log"])
+                self.model.checkpointed[execution_id] = max(self.model.checkpointed.get(execution_id, 0), seen)
         self.store.assert_versions_contiguous()
         assert all(n <= 1 for n in self.store.commits.values()), "a step committed twice"
         for key, winners in self.model.won.items():
@@ -638,6 +676,10 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def no_step_starts_after_cancel(self) -> None:
         assert self.model.after_cancel == []
+
+    @invariant()
+    def no_poll_check_is_given_a_state_older_than_its_checkpoint(self) -> None:
+        assert self.model.lost_state == []
 
     # ------------------------------------------------------------- quiescence
 
@@ -680,6 +722,7 @@ class EngineMachine(RuleBasedStateMachine):
         event(f"messages parked by SQS: {min(self.parkings, 2)}")
         self.states_are_consistent()
         self.at_most_once_steps_never_ran_twice_within_an_attempt()
+        self.no_poll_check_is_given_a_state_older_than_its_checkpoint()
         for execution_id in self.ids:
             ex = self.store.inner.get_execution(execution_id)
             assert ex.terminal

@@ -115,6 +115,8 @@ SHARED: dict[str, tuple[str, str, int]] = {
     "heartbeat timeout": (_FAILURE, "heartbeat_missed", 1),
     "signal timeout": (_FAILURE, "signal_late", 1),
     "item final failure (transaction)": ("DynamoStore.fail_item <- fanout._failed <- fanout._attempt", "items", 4),
+    # A stateful poll's checkpoint is the same write: its second one lost must not count a page twice.
+    "stateful poll checkpoint": ("DynamoStore.put_execution <- polls.not_yet <- steps.run_step", "polled_state", 2),
     "second child start": ("DynamoStore.create_execution <- lifecycle.start <- children._start_child", "children", 2),
     # the sweep's cursor writes in the schedules scenario, after hourly's and skip's claims at 01:00
     "schedule claim after an outage (run_once)": (_CURSOR, "schedules", 3),

@@ -30,7 +30,16 @@ from engine.adapters.ledger import DynamoLedger
 from engine.fanout_spec import map, parallel
 from engine.lifecycle import child_id
 from engine.state import Execution, ScheduleCursor
-from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
+from engine.workflow import (
+    NOT_YET,
+    build_spec,
+    child,
+    exponential,
+    not_yet,
+    wait_for_callback,
+    wait_for_signal,
+    wait_until,
+)
 from loom.testing import StillRunning, WorkerDied, WorkflowTest
 
 EXAMPLES = (
@@ -213,6 +222,7 @@ def registry(world: World) -> Registry:
         build_spec(
             "polled", [wait_until(_settles, every=timedelta(minutes=1), timeout=3600, name="settle"), world.lands("z")]
         ),
+        build_spec("polled_state", [_paged(), world.lands("z")]),
         build_spec("crashy", [world.lands("a"), step(world.lands("b"), semantics="at_most_once")], QUICK),
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
@@ -229,6 +239,18 @@ def registry(world: World) -> Registry:
 def _settles(ctx: StepContext) -> Any:
     runs = ctx.services["ledger"].ran(f"{ctx.execution_id}:settle.checks")
     return NOT_YET if runs < 3 else {"settled": runs}
+
+
+def _paged() -> Any:
+    # No jitter: it is keyed by the execution id, and the calm and the lossy runs have two.
+    backoff = exponential(30, 2, 300, jitter="none")
+    return wait_until(_pages, strategy=backoff, initial_state={"seen": []}, max_checks=10, name="pages")
+
+
+def _pages(ctx: StepContext, state: dict[str, Any]) -> Any:
+    # The state is the poll's progress: a lost answer on its checkpoint must not count a page twice.
+    seen = [*state["seen"], len(state["seen"]) + 1]
+    return not_yet({"seen": seen}) if len(seen) < 3 else {"pages": seen}
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -529,6 +551,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "cancel_fenced": cancel_fenced,
     "cancel_plain": cancel_plain,
     "polled": plain("polled"),
+    "polled_state": plain("polled_state"),
     "lost_message": lost_message,
     "crash_after_step": crash_after_step,
     "crash_fanout": crash_fanout,

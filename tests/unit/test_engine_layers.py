@@ -43,11 +43,14 @@ LAYERS: dict[str, int] = {
             "parked",
             "error_report",
             "schedule_expr",
+            "poll_strategy",
         ],
         0,
     ),
     # L1: pure decisions and the parts a handler works with
-    **dict.fromkeys(["transitions", "verdicts", "outcome", "dead_letters", "parts", "fan_results", "schedule_plan"], 1),
+    **dict.fromkeys(
+        ["transitions", "verdicts", "outcome", "dead_letters", "parts", "fan_results", "schedule_plan", "poll_plan"], 1
+    ),
     # L2: the kernel every primitive shares
     **dict.fromkeys(["outbox", "escalation", "attempts", "parking", "lifecycle", "fan_items"], 2),
     # L3: the primitives (grouped below)

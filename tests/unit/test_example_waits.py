@@ -44,3 +44,19 @@ def test_order_with_children_merges_both_childrens_output(test: WorkflowTest) ->
     assert ex.status.value == "COMPLETED"
     assert ex.context["reservation"] == "res-C-1" and ex.context["tracking"].startswith("trk-")
     assert test.status("C-1--0-1") == "COMPLETED" and test.status("C-1--1-1") == "COMPLETED"
+
+
+def test_report_export_collects_the_chunks_across_checks(test: WorkflowTest) -> None:
+    eid = test.start("report_export", {"chunks": 4})
+    began = test.clock.now()
+    ex = test.run(eid)
+    assert ex.status.value == "COMPLETED" and ex.context["export"] == ["chunk-1", "chunk-2", "chunk-3", "chunk-4"]
+    assert ex.context["attached_chunks"] == 4 and test.deliveries == 4  # one per check (publish is chained)
+    assert 0 < test.clock.now() - began < 10 + 20 + 40, "three backoffs, each under its ceiling"
+
+
+def test_report_export_that_never_finishes_is_caught_after_its_checks(test: WorkflowTest) -> None:
+    eid = test.start("report_export", {"chunks": 100})
+    ex = test.run(eid)
+    assert ex.status.value == "COMPLETED" and ex.context["export_error"] == "PollExhausted"
+    assert ex.context["attached_chunks"] == 0

@@ -27,7 +27,14 @@
     if (step.kind === "sleep") out.push(`sleeps ${duration(step.seconds)}`);
     if (step.kind === "signal") out.push(`waits for signal “${step.signal}”`);
     if (step.kind === "callback") out.push("waits for a callback (token)");
-    if (step.kind === "poll") out.push(`checks every ${duration(step.every)}`);
+    if (step.kind === "poll") {
+      const st = step.strategy || {};
+      out.push(st.kind === "exponential"
+        ? `checks after ${duration(st.initial)}, x${st.factor} up to ${duration(st.max)}`
+        : `checks every ${duration(step.every)}`);
+      if (step.max_checks) out.push(`at most ${step.max_checks} checks`);
+      if (step.stateful) out.push("carries state");
+    }
     if (step.kind === "child") out.push(`starts child workflow ${step.workflow}`);
     if (step.kind === "parallel") out.push(`${(step.branches || []).length} branches side by side`);
     if (step.kind === "map") out.push(`runs its branch once per item of ${step.items || "its items"}`);
