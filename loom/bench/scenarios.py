@@ -19,6 +19,7 @@ from engine.adapters.ledger import DynamoLedger
 from engine.log import get_logger
 from engine.state import canonical_json
 from loom.bench.inprocess import REGION, BenchStack
+from loom.bench.local_speed import read_history
 from loom.bench.meter import Call, Meter
 from loom.local.events import sqs_event
 from workflows import examples
@@ -163,28 +164,13 @@ def _read_back(stack: BenchStack, ids: list[str]) -> dict[str, dict[str, Any]]:
     db = stack.meter.uncounted("dynamodb")
     out: dict[str, dict[str, Any]] = {}
     for eid in ids:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": stack.refs["Table"],
-            "KeyConditionExpression": "PK = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": f"EXEC#{eid}"}},
-        }
-        while True:
-            answer = db.query(**kwargs)
-            items.extend(answer.get("Items", []))
-            if "LastEvaluatedKey" not in answer:
-                break
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
-        meta = next((i for i in items if i["SK"]["S"] == "#META"), None)
-        finished = sorted(
-            float(i["finished_at"]["N"])
-            for i in items
-            if i["SK"]["S"].startswith("STEP#") and i.get("status", {}).get("S") == "COMPLETED"
-        )
-        created = float(meta["created_at"]["N"]) if meta else (finished[0] if finished else 0.0)
+        history = read_history(db, stack.refs["Table"], eid)
+        finished = list(history.finished)
+        found = history.status is not None
+        created = history.created_at if found else (finished[0] if finished else 0.0)
         marks = [created, *finished]
         out[eid] = {
-            "status": meta["status"]["S"] if meta else None,
+            "status": history.status,
             "finished": finished,
             "latencies": [b - a for a, b in itertools.pairwise(marks)],
         }
