@@ -16,9 +16,8 @@ from typing import Any
 
 from engine import NonRetryableError, RetryPolicy, StepContext, sleep, step, workflow
 from engine.fanout_spec import map
-from engine.workflow import child, wait_for_callback, wait_for_signal
-from workflows.examples import notify_customer, reserve_inventory, ship_order
-from workflows.waiting import apply_decision
+from engine.workflow import child, wait_for_callback
+from workflows.waiting import OrderApproval
 
 
 class DownstreamBroken(Exception):
@@ -282,11 +281,5 @@ class Approval:
     """``order_approval`` with retries: a worker lost mid-step (the soak kills some) spends an
     attempt as ``WorkerLost``, and the example's single attempt would end FAILED on the first."""
 
-    steps = [
-        reserve_inventory,
-        wait_for_signal("approval", timeout=timedelta(days=3)),
-        apply_decision,
-        ship_order,
-        notify_customer,
-    ]
+    steps = list(OrderApproval.steps)
     retry = RetryPolicy(max_attempts=4, base=0.5, max_delay=2, jitter="none")
