@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine.errors import WorkflowDefinitionError
-from engine.join import CompletionPolicy
+from engine.join import MAX_ITEMS, CompletionPolicy
 from engine.retry import RetryPolicy
 from engine.workflow import (
     NAME_RE,
@@ -168,6 +168,11 @@ def _count(value: object, what: str, *, least: int) -> int | None:
     return value
 
 
+def _map_window(value: object) -> int:
+    """0 or None is the reference's "no limit": a window as wide as the largest map."""
+    return _count(value, "max_concurrency", least=0) or MAX_ITEMS
+
+
 def completion_policy(
     min_successful: int | None, tolerated_failures: int | None, tolerated_failure_percentage: float | None
 ) -> CompletionPolicy:
@@ -199,11 +204,13 @@ def parallel(
     retry: RetryPolicy | None = None,
     catch: Any = None,
 ) -> FanoutSpec:
-    """Run the branches side by side; each branch's dict merges into the context in branch order."""
-    if not branches:
-        raise WorkflowDefinitionError("parallel needs at least one branch")
+    """Run the branches side by side; each branch's dict merges into the context in branch order.
+
+    No branches is a fan-out that is over as it opens (the reference's empty batch), and a
+    ``max_concurrency`` of 0 or None runs every branch at once."""
     specs = tuple(_as_step(b, f"branch {i} of {name!r}") for i, b in enumerate(branches))
-    window = _count(max_concurrency, "max_concurrency", least=1) or len(specs)
+    # A window of at least 1 even for no branches: the join record's window is a slot count.
+    window = _count(max_concurrency, "max_concurrency", least=0) or max(1, len(specs))
     policy = completion_policy(min_successful, tolerated_failures, tolerated_failure_percentage)
     if policy.min_successful is not None and policy.min_successful > len(specs):
         raise WorkflowDefinitionError(f"min_successful {policy.min_successful} > {len(specs)} branches")
@@ -225,7 +232,7 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
     items: ItemsFn,
     run: StepSpec | StepFn | str,
     name: str = "map",
-    max_concurrency: int = 10,
+    max_concurrency: int | None = 10,
     min_successful: int | None = None,
     tolerated_failures: int | None = None,
     tolerated_failure_percentage: float | None = None,
@@ -237,7 +244,8 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
 
     ``context[name]`` is the list of results in item order (None for a failed or unstarted
     item), or, when that list cannot fit the execution item, a marker that
-    ``ctx.results(name)`` pages through.
+    ``ctx.results(name)`` pages through. ``max_concurrency`` of 0 or None means no window, as in the
+    reference: every item is sent as the map opens (at most MAX_ITEMS of them).
     """
     if not callable(items):
         raise WorkflowDefinitionError(f"map items {items!r} must be a function of the context")
@@ -255,6 +263,6 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
         kind=FanKind.MAP,
         branches=(spec,),
         items=items,
-        max_concurrency=_count(max_concurrency, "max_concurrency", least=1) or 1,
+        max_concurrency=_map_window(max_concurrency),
         policy=completion_policy(min_successful, tolerated_failures, tolerated_failure_percentage),
     )

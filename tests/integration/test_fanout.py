@@ -86,6 +86,8 @@ def reg(lines: Lines) -> Registry:
         return {"shipped": ctx.data["reserved"]}
 
     add_workflow(reg, "order", [parallel(reserve, authorize, name="prepare"), step(ship)])
+    add_workflow(reg, "no_branches", [parallel(name="nothing"), step(authorize)])
+    add_workflow(reg, "unbounded", [map(items=lines_of, run=lines.price, name="price", max_concurrency=0)])
     return reg
 
 
@@ -125,6 +127,28 @@ def test_never_more_than_the_window_in_flight(rig, lines):
         rig.driver.release(m)
     rig.driver.pump(max_batches=200)
     assert rig.status("w1") == "COMPLETED"
+
+
+def test_an_empty_parallel_is_over_as_it_opens_and_the_next_step_runs(rig):
+    rig.engine.start("no_branches", {}, execution_id="e0")
+    rig.driver.pump(max_batches=20)
+    ex = rig.engine.get("e0")
+    assert ex.status.value == "COMPLETED" and ex.context == {"authorized": True}
+    assert not [s for s in rig.queue.sent if s.message.kind is MessageKind.ITEM], "no item to send"
+    rig.store.assert_versions_contiguous()
+
+
+def test_a_map_without_a_window_sends_every_item_as_it_opens(rig, lines):
+    start(rig, "unbounded", 12, "u1")
+    opening = rig.driver.receive(10)
+    assert [StepMessage.decode(m["Body"]).kind for m in opening] == [MessageKind.STEP]
+    rig.driver.deliver(opening)
+    assert lines.runs == [], "no item has run yet"
+    sent = [s.message.item for s in rig.queue.sent if s.message.kind is MessageKind.ITEM]
+    assert sorted(sent) == list(range(12)), "max_concurrency=0: every item goes out with the open"
+    rig.driver.pump(max_batches=200)
+    assert rig.status("u1") == "COMPLETED"
+    assert sorted(i for i, _, _ in lines.runs) == list(range(12))
 
 
 def test_per_item_retries_follow_the_items_policy(rig, lines):

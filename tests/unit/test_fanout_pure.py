@@ -7,6 +7,7 @@ import pytest
 from engine.errors import MalformedMessage, WorkflowDefinitionError
 from engine.fanout_spec import FanKind, map, parallel
 from engine.join import (
+    MAX_ITEMS,
     MAX_SHARDS,
     CompletionPolicy,
     JoinVerdict,
@@ -82,15 +83,16 @@ def noop(ctx):
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: parallel(),
-        lambda: parallel(noop, max_concurrency=0),
         lambda: parallel(noop, min_successful=2),
+        lambda: parallel(min_successful=1),
+        lambda: parallel(noop, max_concurrency=-1),
+        lambda: map(items=lambda c: [], run=noop, max_concurrency=-1),
+        lambda: map(items=lambda c: [], run=noop, max_concurrency=2.5),
         lambda: parallel(sleep(seconds=1)),
         lambda: parallel(wait_for_signal("go")),
         lambda: parallel(parallel(noop)),
         lambda: parallel(42),
         lambda: map(items=[1, 2], run=noop),
-        lambda: map(items=lambda c: [], run=noop, max_concurrency=0),
         lambda: map(items=lambda c: [], run=noop, tolerated_failures=-1),
         lambda: map(items=lambda c: [], run=noop, tolerated_failure_percentage=101),
         lambda: map(items=lambda c: [], run=noop, min_successful=0),
@@ -116,6 +118,18 @@ def test_item_options_the_runner_would_ignore_are_refused(option, said):
     for build in (lambda: parallel(item, noop), lambda: map(items=lambda c: [], run=item)):
         with pytest.raises(WorkflowDefinitionError, match=said):
             build()
+
+
+def test_no_window_and_no_branches_are_the_references_not_errors():
+    """Lambda durable functions take an empty parallel (an empty batch) and a max_concurrency
+    of 0 or none as no limit; both were refused at definition here."""
+    assert parallel(noop, noop, noop, max_concurrency=0).max_concurrency == 3
+    assert parallel(noop, noop).max_concurrency == 2
+    empty = parallel(name="nothing")
+    assert empty.branches == () and empty.max_concurrency == 1 and empty.compensate is None
+    for window in (0, None):
+        assert map(items=lambda c: [], run=noop, max_concurrency=window).max_concurrency == MAX_ITEMS
+    assert map(items=lambda c: [], run=noop).max_concurrency == 10, "Loom's default window stays 10"
 
 
 def test_specs_keep_their_items_policy_and_kind():
