@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from engine.log import configure
 from loom.cli.output import table
 from loom.local import private
-from loom.local.client import LocalApi, ok
+from loom.local.client import ApiError, LocalApi, ok
 from loom.local.clock import format_duration
 from loom.local.stack import LocalStack, StackOptions
 
@@ -219,11 +219,21 @@ class Demo:
         from engine.adapters.ledger import DynamoLedger
 
         inbox = DynamoLedger(stack.client("dynamodb"), stack.refs["Table"]).effects(ex["id"])
-        requests = [e for e in inbox.values() if e.get("kind") == "payment_request" and e.get("callback_token")]
-        if not requests:
+        # The request of the attempt the execution waits on: under load a submit whose lease
+        # lapsed is retried with a new token, and the older request's token answers 409.
+        request = inbox.get(f"{ex['id']}:{ex.get('current_step')}.{ex.get('attempt')}") or {}
+        token = request.get("callback_token")
+        if request.get("kind") != "payment_request" or not token:
             return False
-        token = str(requests[-1]["callback_token"])
-        answer = ok(stack.api, "POST", f"/callbacks/{token}/succeed", {"result": {"paid": requests[-1]["amount"]}})
+        try:
+            answer = ok(stack.api, "POST", f"/callbacks/{token}/succeed", {"result": {"paid": request["amount"]}})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            self.say(
+                f"{workflow:<18} the provider's token was for an attempt that has ended (409): it waits for the next"
+            )
+            return False
         self.say(
             f"{workflow:<18} the provider calls back: POST /callbacks/<token>/succeed -> 200 "
             f"(step {answer['step']}, attempt {answer['attempt']}; the token stays out of logs)"
