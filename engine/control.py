@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from engine import compensation
 from engine import transitions as tr
 from engine.errors import (
     InvalidInput,
+    NotBlocked,
     NotFailed,
     ParentDecides,
 )
@@ -18,6 +21,7 @@ from engine.outbox import dispatch, execution_log
 from engine.parts import Parts
 from engine.ports import Page
 from engine.state import Execution, Status, StepRecord, StepStatus, WaitKind
+from engine.workflow import WorkflowSpec
 
 CONFLICT_RETRIES = 5
 
@@ -58,7 +62,7 @@ def redrive_failed(parts: Parts, execution_id: str) -> Execution:
     ex = get(parts, execution_id)
     if ex.status is not Status.FAILED:
         raise NotFailed(f"execution {execution_id!r} is {ex.status.value}, not FAILED", status=ex.status.value)
-    parts.registry.get(ex.workflow)
+    parts.registry.of(ex)
     if ex.parent is not None:
         _check_parent_waits(parts, ex)
     new = tr.redriven_state(ex, parts.clock.now(), parts.config)
@@ -111,3 +115,78 @@ def parent_waits_on(parent: Execution, kid: Execution, item: StepRecord | None) 
     item_attempt = int(kid.id.rsplit("--", 1)[-1].split("-")[1])
     final = item is not None and item.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return not final and last_attempt(item) < item_attempt
+
+
+def migrate(
+    parts: Parts,
+    execution_id: str,
+    mapping: Mapping[str, str],
+    version: int | None = None,
+    *,
+    at: str | None = None,
+) -> Execution:
+    """Move a BLOCKED execution onto a registered definition on purpose (``loom migrate``).
+
+    ``mapping`` takes old step names to new ones; the step the execution stopped at must be in
+    it, or have a step of the same name in the target. The target is ``version`` (default: the
+    newest). The name of the step it stopped at comes from its history (a step with attempts
+    recorded) or from ``at`` (the definition it started on is no longer registered, or it would
+    not be blocked). It resumes there as RUNNING with a new round of attempts, by a guarded redrive.
+    Only a BLOCKED execution that stopped at a step (not a sleep, wait or compensation) moves:
+    anything else is still on a definition that runs it. Raises ``NotBlocked``, ``InvalidInput``
+    (an unmapped or unknown step), ``UnknownWorkflow``; nothing is written then.
+    """
+    ex = get(parts, execution_id)
+    before = (ex.blocked or {}).get("from")
+    if ex.status is not Status.BLOCKED or before != Status.RUNNING.value:
+        what = ex.status.value if ex.status is not Status.BLOCKED else f"BLOCKED from {before}"
+        raise NotBlocked(f"execution {execution_id!r} is {what}: only one blocked at a step migrates", status=what)
+    target = _target(parts, ex, version)
+    old_name = _current_name(parts, ex, at)
+    new_name = mapping.get(old_name, old_name)
+    names = [s.name for s in target.steps]
+    if new_name not in names:
+        raise InvalidInput(
+            f"step {old_name!r} (where {execution_id!r} stopped) maps to {new_name!r}, which version "
+            f"{target.version} does not have; its steps: {names}"
+        )
+    now = parts.clock.now()
+    new = tr.migrated_state(ex, now, parts.config, names.index(new_name), target.fingerprint, target.version)
+    parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    execution_log(new).warning(
+        "execution.migrated",
+        from_step=ex.current_step,
+        from_name=old_name,
+        to_step=new.current_step,
+        to_name=new_name,
+        from_version=ex.workflow_version,
+        to_version=target.version,
+    )
+    dispatch(parts, tr.Effects(run_next=StepMessage(new.id, new.current_step, new.attempt, MessageKind.REDRIVE)))
+    return new
+
+
+def _target(parts: Parts, ex: Execution, version: int | None) -> WorkflowSpec:
+    specs = parts.registry.versions(ex.workflow)
+    if version is None:
+        return specs[-1]
+    found = [s for s in specs if s.version == version]
+    if not found:
+        raise InvalidInput(f"workflow {ex.workflow!r} has no version {version}; registered: {[s.version for s in specs]}")
+    return found[0]
+
+
+def _current_name(parts: Parts, ex: Execution, at: str | None) -> str:
+    """The name of the step ``ex`` stopped at: its history's record at that index (attempts were
+    recorded there), else ``at``; both given must agree. InvalidInput when neither is known."""
+    mine = [r.name for r in parts.store.history(ex.id) if r.index == ex.current_step]
+    if mine and at is not None and at not in mine:
+        raise InvalidInput(f"execution {ex.id!r} stopped at step {mine[0]!r}, not {at!r}")
+    if mine:
+        return mine[0]
+    if at is None:
+        raise InvalidInput(
+            f"execution {ex.id!r} stopped before running step {ex.current_step} of its old definition, "
+            "whose name Loom cannot read back: name it with at (loom migrate --at NAME)"
+        )
+    return at

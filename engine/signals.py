@@ -97,7 +97,7 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
         return False
     if ex.wait.name != name or ex.status is not Status.WAITING:
         return False
-    spec = parts.registry.get(ex.workflow)
+    spec = parts.registry.of(ex)
     st = attempts.step_at(spec, ex.current_step)
     if not isinstance(st, SignalSpec):
         return False

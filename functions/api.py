@@ -61,6 +61,7 @@ from engine import children, control, dead_letters, fan_view, progress
 from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
+    DefinitionChanged,
     ExecutionNotFound,
     InvalidInput,
     LoomError,
@@ -296,6 +297,7 @@ ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
     (InvalidInput, 400),
     (ExecutionNotFound, 404),
     (ConflictError, 409),
+    (DefinitionChanged, 409),  # the execution is BLOCKED: try again once it resumes
     (TransientError, 503),
     (ResourceMissing, 500),
 )
