@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from engine import compensation
 from engine import transitions as tr
@@ -24,6 +25,23 @@ from engine.state import Execution, Status, StepRecord, StepStatus, WaitKind
 from engine.workflow import WorkflowSpec
 
 CONFLICT_RETRIES = 5
+# ``open_by_version`` reads at most this many executions per open status: a count past it is a floor.
+OPEN_COUNT_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class OpenCount:
+    """A version of a workflow and how many of its executions have not ended (``loom workflows``).
+
+    ``version`` None: executions started before versions were recorded (they run on the newest).
+    ``registered`` False: a version still has open executions but this deployment lacks it
+    (they are BLOCKED). ``exact`` False: more than ``OPEN_COUNT_LIMIT`` were open in a status."""
+
+    version: int | None
+    fingerprint: str | None
+    registered: bool
+    open: int
+    exact: bool = True
 
 
 def history(parts: Parts, execution_id: str) -> list[StepRecord]:
@@ -172,7 +190,9 @@ def _target(parts: Parts, ex: Execution, version: int | None) -> WorkflowSpec:
         return specs[-1]
     found = [s for s in specs if s.version == version]
     if not found:
-        raise InvalidInput(f"workflow {ex.workflow!r} has no version {version}; registered: {[s.version for s in specs]}")
+        raise InvalidInput(
+            f"workflow {ex.workflow!r} has no version {version}; registered: {[s.version for s in specs]}"
+        )
     return found[0]
 
 
@@ -190,3 +210,31 @@ def _current_name(parts: Parts, ex: Execution, at: str | None) -> str:
             "whose name Loom cannot read back: name it with at (loom migrate --at NAME)"
         )
     return at
+
+
+def open_by_version(parts: Parts, workflow: str) -> list[OpenCount]:
+    """Each registered version of ``workflow`` (and any other that still has executions) with
+    its count of executions not yet ended: version 1 can be removed once its count is 0."""
+    counts: dict[tuple[int | None, str | None], int] = {}
+    exact = True
+    for status in (s for s in Status if not s.terminal):
+        cursor: str | None = None
+        read = 0
+        while True:
+            page = parts.store.list_executions(status=status.value, workflow=workflow, limit=1000, cursor=cursor)
+            for ex in page.items:
+                key = (ex.workflow_version, ex.fingerprint)
+                counts[key] = counts.get(key, 0) + 1
+            read += len(page.items)
+            cursor = page.cursor
+            if cursor is None:
+                break
+            if read >= OPEN_COUNT_LIMIT:
+                exact = False
+                break
+    out = [
+        OpenCount(s.version, s.fingerprint, True, counts.pop((s.version, s.fingerprint), 0), exact)
+        for s in parts.registry.versions(workflow)
+    ]
+    out += [OpenCount(v, f, False, n, exact) for (v, f), n in sorted(counts.items(), key=lambda kv: str(kv[0]))]
+    return out

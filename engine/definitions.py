@@ -69,13 +69,11 @@ def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage 
     Raises ``ConflictError`` when another writer moved it first (the sweeper skips it).
     """
     spec = spec_for(parts, ex)
-    if spec is None:
-        parts.store.put_execution(
-            tr.still_blocked_state(ex, now, parts.config), expected_version=ex.version, expected_step=ex.current_step
-        )
-        return False, None
-    new = tr.resumed_state(ex, now, parts.config)
+    cfg = parts.config
+    new = tr.still_blocked_state(ex, now, cfg) if spec is None else tr.resumed_state(ex, now, cfg)
     parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    if spec is None:
+        return False, None
     execution_log(new).info("execution.resumed", status=new.status.value, workflow_version=spec.version)
     return True, resume_message(new)
 

@@ -394,7 +394,9 @@ def resumed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(now, status=before, blocked=None, next_wake_at=wake)
 
 
-def migrated_state(ex: Execution, now: float, cfg: EngineConfig, step: int, fingerprint: str, version: int) -> Execution:
+def migrated_state(
+    ex: Execution, now: float, cfg: EngineConfig, step: int, fingerprint: str, version: int
+) -> Execution:
     """A BLOCKED (RUNNING) execution moved by ``loom migrate`` onto another definition, at
     ``step``: a new round of attempts there (numbers never reused), one lease to be re-driven."""
     return ex.evolve(

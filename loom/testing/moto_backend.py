@@ -41,6 +41,10 @@ def earliest_wake(store: Store, shards: int, *, skip_waits: bool = True) -> floa
         ids, _ = store.due(shard, FAR_FUTURE, 1 if skip_waits else 100, None)
         for execution_id in ids:
             ex = store.get_execution(execution_id)
-            if ex is not None and ex.next_wake_at is not None and (skip_waits or ex.status.value not in ("WAITING", "BLOCKED")):
+            if (
+                ex is not None
+                and ex.next_wake_at is not None
+                and (skip_waits or ex.status.value not in ("WAITING", "BLOCKED"))
+            ):
                 found.append(ex.next_wake_at)
     return min(found) if found else None

@@ -170,7 +170,8 @@ def test_an_execution_started_before_fingerprints_runs_on_the_newest_as_before()
 
 
 def blocked_at_charge(test: WorkflowTest) -> str:
-    """An execution of (reserve, charge, ship) blocked at index 1 by a deploy of (reserve, fraud_check, charge, ship)."""
+    """An execution of (reserve, charge, ship) blocked at index 1 by a deploy that puts
+    fraud_check before charge."""
     new = registry(("reserve", "fraud_check", "charge", "ship"))
     test.deploy(registry(("reserve", "charge", "ship"), hook={"reserve": lambda: test.deploy(new)}))
     eid = test.start("checkout")
