@@ -25,8 +25,10 @@ from engine.state import Execution, Status, StepRecord, StepStatus, WaitKind
 from engine.workflow import WorkflowSpec
 
 CONFLICT_RETRIES = 5
-# ``open_by_version`` reads at most this many executions per open status: a count past it is a floor.
+# ``open_by_version`` counts among at most this many of a workflow's newest executions.
 OPEN_COUNT_LIMIT = 5000
+# ... and in at most this many listing pages (a rare workflow in a large table reads few per page).
+OPEN_COUNT_PAGES = 25
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class OpenCount:
 
     ``version`` None: executions started before versions were recorded (they run on the newest).
     ``registered`` False: a version still has open executions but this deployment lacks it
-    (they are BLOCKED). ``exact`` False: more than ``OPEN_COUNT_LIMIT`` were open in a status."""
+    (they are BLOCKED). ``exact`` False: the workflow has more than ``OPEN_COUNT_LIMIT`` executions."""
 
     version: int | None
     fingerprint: str | None
@@ -214,24 +216,25 @@ def _current_name(parts: Parts, ex: Execution, at: str | None) -> str:
 
 def open_by_version(parts: Parts, workflow: str) -> list[OpenCount]:
     """Each registered version of ``workflow`` (and any other that still has executions) with
-    its count of executions not yet ended: version 1 can be removed once its count is 0."""
+    its count of executions not yet ended: version 1 can be removed once its count is 0.
+
+    Counted over the newest ``OPEN_COUNT_LIMIT`` executions of the listing, read in at most
+    ``OPEN_COUNT_PAGES`` pages (``exact`` False when there were more): an execution older than
+    that still open is not counted."""
     counts: dict[tuple[int | None, str | None], int] = {}
-    exact = True
-    for status in (s for s in Status if not s.terminal):
-        cursor: str | None = None
-        read = 0
-        while True:
-            page = parts.store.list_executions(status=status.value, workflow=workflow, limit=1000, cursor=cursor)
-            for ex in page.items:
+    cursor: str | None = None
+    read = 0
+    for _ in range(OPEN_COUNT_PAGES):
+        page = parts.store.list_executions(status=None, workflow=workflow, limit=1000, cursor=cursor)
+        for ex in page.items:
+            if not ex.terminal:
                 key = (ex.workflow_version, ex.fingerprint)
                 counts[key] = counts.get(key, 0) + 1
-            read += len(page.items)
-            cursor = page.cursor
-            if cursor is None:
-                break
-            if read >= OPEN_COUNT_LIMIT:
-                exact = False
-                break
+        read += len(page.items)
+        cursor = page.cursor
+        if cursor is None or read >= OPEN_COUNT_LIMIT:
+            break
+    exact = cursor is None
     out = [
         OpenCount(s.version, s.fingerprint, True, counts.pop((s.version, s.fingerprint), 0), exact)
         for s in parts.registry.versions(workflow)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import attempts, definitions, schedules, steps, waits
+from engine import attempts, definitions, schedules, signals, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
@@ -309,7 +309,10 @@ def sweep_one(
             return SweepAction.SKIPPED, None
         if ex.status is Status.BLOCKED:
             resumed, message = definitions.recheck(parts, ex, now)
-            return (SweepAction.RESUMED, message) if resumed else (SweepAction.BLOCKED, None)
+            if not resumed:
+                return SweepAction.BLOCKED, None
+            signals.deliver_kept(parts, ex.id)  # a signal that came while it was blocked
+            return SweepAction.RESUMED, message
         if ex.status is Status.SLEEPING:
             done = steps.wake(parts, ex)
             if done.effects.delayed is not None:

@@ -178,7 +178,13 @@ def workflow(
     out = dict(described)
     if versions is not None:
         out["versions"] = [
-            {"version": v.version, "fingerprint": v.fingerprint, "registered": v.registered, "open": v.open}
+            {
+                "version": v.version,
+                "fingerprint": v.fingerprint,
+                "registered": v.registered,
+                "open": v.open,
+                "exact": v.exact,
+            }
             for v in versions
         ]
     schedule = described.get("schedule")

@@ -33,6 +33,9 @@ SUMMARY_ATTRIBUTES = [
     "#s",
     "current_step",
     "version",
+    "workflow_version",  # loom workflows counts each version's open executions from the list
+    "fingerprint",
+    "blocked",
     "created_at",
     "updated_at",
     "next_wake_at",

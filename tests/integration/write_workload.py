@@ -229,6 +229,7 @@ def registry(world: World) -> Registry:
         # Redeployed with another shape by the redeploy scenarios (issue #24).
         build_spec("shifty", [world.lands("a"), world.lands("b")], QUICK),
         build_spec("drowsy", [sleep(seconds=2000), world.lands("b")], QUICK),
+        build_spec("nod", [wait_for_signal("go"), world.lands("b")], QUICK),
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
             "one_by_one",
@@ -566,6 +567,22 @@ def redeploy_asleep(t: WorkflowTest, world: World, eid: str) -> None:
         t.engine.registry = base
 
 
+def redeploy_signal(t: WorkflowTest, world: World, eid: str) -> None:
+    """A signal for a wait whose workflow changed shape blocks it (kept, not delivered); the old
+    shape is deployed again and the resumed wait takes it."""
+    base = t.engine.registry
+    try:
+        t.start("nod", {}, execution_id=eid)
+        _until_waiting(t, eid)
+        t.engine.registry = _redeployed(base, build_spec("nod", [world.lands("a"), wait_for_signal("go")], version=2))
+        t.signal(eid, "go", {"ok": True})
+        t.engine.registry = _redeployed(base, base.get("nod"))
+        t.advance(t.config.blocked_recheck_seconds)
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
 def migrate(t: WorkflowTest, world: World, eid: str) -> None:
     """A blocked execution is migrated: its next step ``b`` maps onto the new version's ``x``."""
     base = t.engine.registry
@@ -623,6 +640,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "schedules": schedules,
     "redeploy": redeploy,
     "redeploy_asleep": redeploy_asleep,
+    "redeploy_signal": redeploy_signal,
     "migrate": migrate,
 }
 

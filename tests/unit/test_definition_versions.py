@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, sleep, workflow
+from engine import Registry, default_registry, sleep, workflow
+from engine.workflow import wait_for_signal
 from engine.errors import AlreadyTerminal, DefinitionChanged, InvalidInput, NotBlocked, WorkflowDefinitionError
 from engine.messages import MessageKind, StepMessage
 from engine.outcome import OutcomeStatus
 from engine.state import Attempt, AttemptOutcome, Status
 from loom.testing import WorkflowTest
+from workflows import versioned
 
 pytestmark = pytest.mark.unit
 
@@ -248,3 +250,39 @@ def test_migrate_refuses_an_execution_that_is_not_blocked() -> None:
         test.run(eid)
         with pytest.raises(NotBlocked):
             test.engine.migrate(eid, {})
+
+
+def test_a_signal_for_a_wait_whose_definition_changed_is_kept_and_delivered_on_resume() -> None:
+    def approval(reg: Registry, *first: Any) -> Registry:
+        @workflow("approve", registry=reg)
+        class Approve:
+            steps = [*first, wait_for_signal("ok"), body("ship")]
+
+        return reg
+
+    old = approval(Registry())
+    with WorkflowTest(old) as test:
+        eid = test.start("approve")
+        assert test.run(eid).status is Status.WAITING  # type: ignore[union-attr]
+        test.deploy(approval(Registry(), body("audit")))  # a step inserted before the wait
+        sent = test.signal(eid, "ok", {"by": "ann"})
+        assert not sent.delivered and test.status(eid) == "BLOCKED" and RAN == []
+        test.deploy(old)
+        assert test.advance(test.config.blocked_recheck_seconds).resumed == 1
+        ex = test.run(eid)
+        assert ex is not None and ex.status is Status.COMPLETED and ex.context["by"] == "ann" and RAN == ["ship"]
+
+
+def test_the_example_keeps_version_1_beside_version_2() -> None:
+    assert [s.version for s in default_registry.versions("checkout_versions")] == [1, 2]
+    v1 = versioned.CheckoutV1.spec  # type: ignore[attr-defined]
+    with WorkflowTest() as test:
+        eid = test.start("checkout_versions", {"amount": 5})
+        assert test.execution(eid).workflow_version == 2
+        ex = test.run(eid)
+        assert ex is not None and ex.status is Status.COMPLETED and ex.context["flagged"] is False
+        only_v1 = Registry()
+        only_v1.add(v1)
+        test.deploy(only_v1)
+        old = test.run(test.start("checkout_versions", {"amount": 5}))
+        assert old is not None and old.workflow_version == 1 and "flagged" not in old.context
