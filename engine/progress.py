@@ -89,10 +89,10 @@ def _state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
     if ex.status is Status.BLOCKED:
         # ``spec`` is None here (no registered version has its shape): name only the index.
         reason = (
-            f"blocked at step {ex.current_step}: its workflow's definition changed "
-            f"(deploy version {ex.workflow_version} again, or loom migrate)"
+            f"blocked on step {ex.current_step}: definition_changed, its workflow has another shape "
+            f"now (deploy version {ex.workflow_version} again, or loom migrate)"
         )
-        return State(StateKind.BLOCKED, reason, ex.next_wake_at)
+        return State(StateKind.BLOCKED, reason)  # its next_wake_at is a recheck, not an end
     name = _step_name(ex, spec, ex.current_step)
     if ex.status is Status.SLEEPING:
         until = ex.next_wake_at

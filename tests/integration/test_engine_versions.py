@@ -58,7 +58,9 @@ def test_a_deploy_blocks_the_queued_execution_and_the_api_shows_it_and_migrate_m
     assert status == 201 and body["workflow_version"] == 1 and len(body["fingerprint"]) == 64
     # Version 1 replaced by a version 2 that checks fraud first, before the worker took the message.
     v2_only = Registry()
-    workflow("shop", registry=v2_only, version=2)(type("Shop", (), {"steps": steps("fraud_check", "reserve", "charge")}))
+    workflow("shop", registry=v2_only, version=2)(
+        type("Shop", (), {"steps": steps("fraud_check", "reserve", "charge")})
+    )
     deploy(fn, monkeypatch, v2_only)
     fn.drain()
     assert RAN == [], "no step of either shape ran at index 0"
