@@ -95,6 +95,6 @@ def test_on_dynamodb_a_blocked_execution_resumes_when_its_version_is_deployed_ag
         test.deploy(versions(old, new))  # both side by side: version 1 drains, new starts take 2
         assert test.advance(test.config.blocked_recheck_seconds).resumed == 1
         done = test.run(eid)
-        assert done is not None and done.status is Status.COMPLETED and RAN == list(old)
+        assert done is not None and done.status is Status.COMPLETED and list(old) == RAN
         fresh = test.run(test.start("shop"))
-        assert fresh is not None and fresh.workflow_version == 2 and RAN == [*old, *new]
+        assert fresh is not None and fresh.workflow_version == 2 and [*old, *new] == RAN
