@@ -20,7 +20,7 @@ from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
-from engine.state import Execution, Status
+from engine.state import Execution, Status, WaitKind
 from engine.workflow import WorkflowSpec
 
 DEFINITION_CHANGED = "definition_changed"
@@ -80,9 +80,13 @@ def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage 
 
 def resume_message(ex: Execution) -> StepMessage | None:
     """What re-drives a resumed execution: a guarded redrive for a step or a compensation, a
-    wake for a sleep; a wait needs none (its callback, signal or deadline moves it)."""
+    wake for a sleep, a child's end notice for a child wait (the one that blocked it was taken;
+    the runner reads the child, so a notice for one still running changes nothing); a callback
+    or signal wait needs none (its completion, kept signal or deadline moves it)."""
     if ex.status in (Status.RUNNING, Status.COMPENSATING):
         return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
     if ex.status is Status.SLEEPING:
         return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.WAKE)
+    if ex.status is Status.WAITING and ex.wait is not None and ex.wait.kind is WaitKind.CHILD:
+        return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.CHILD_DONE)
     return None

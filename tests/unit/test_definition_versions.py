@@ -20,7 +20,7 @@ from engine.errors import AlreadyTerminal, DefinitionChanged, InvalidInput, NotB
 from engine.messages import MessageKind, StepMessage
 from engine.outcome import OutcomeStatus
 from engine.state import Attempt, AttemptOutcome, Status
-from engine.workflow import wait_for_signal
+from engine.workflow import child, wait_for_signal
 from loom.testing import WorkflowTest
 from workflows import versioned
 
@@ -286,3 +286,29 @@ def test_the_example_keeps_version_1_beside_version_2() -> None:
         test.deploy(only_v1)
         old = test.run(test.start("checkout_versions", {"amount": 5}))
         assert old is not None and old.workflow_version == 1 and "flagged" not in old.context
+
+
+def test_a_parent_blocked_by_its_childs_end_notice_takes_the_notice_again_on_resume() -> None:
+    def family(reg: Registry, *first: Any, deploy: Callable[[], None] | None = None) -> Registry:
+        @workflow("kid", registry=reg)
+        class Kid:
+            steps = [body("pick", deploy)]
+
+        @workflow("parent", registry=reg)
+        class Parent:
+            steps = [*first, child("kid"), body("after")]
+
+        return reg
+
+    with WorkflowTest() as test:
+        changed = family(Registry(), body("audit"))
+        old = family(Registry(), deploy=lambda: test.deploy(changed))  # the deploy lands while the kid runs
+        test.deploy(old)
+        eid = test.start("parent")
+        ex = test.run(eid)
+        assert ex is not None and ex.status is Status.BLOCKED and ex.blocked["from"] == "WAITING"  # type: ignore[index]
+        assert RAN == ["pick"]
+        test.deploy(family(Registry()))
+        assert test.advance(test.config.blocked_recheck_seconds).resumed == 1
+        done = test.run(eid)
+        assert done is not None and done.status is Status.COMPLETED and RAN == ["pick", "after"]
