@@ -307,6 +307,6 @@ def fail_execution(
 
 def _spec_of(parts: Parts, ex: Execution) -> WorkflowSpec | None:
     try:
-        return parts.registry.get(ex.workflow)
+        return parts.registry.of(ex)
     except LoomError:
         return None

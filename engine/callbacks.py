@@ -256,7 +256,7 @@ def _callback_step(parts: Parts, ex: Execution | None, tok: Token) -> tuple[Call
     if ex is None:
         raise CallbackNotFound("no wait is waiting for this callback token")
     try:
-        spec = parts.registry.get(ex.workflow)
+        spec = parts.registry.of(ex)
     except UnknownWorkflow:
         raise CallbackNotFound("no wait is waiting for this callback token") from None
     st = spec.steps[tok.step] if tok.step < len(spec.steps) else None

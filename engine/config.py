@@ -53,6 +53,9 @@ class EngineConfig:
     # A schedule's fire time found by a sweep at most this late is on time (a tick's period and
     # one more for a late or slow tick); later, it was missed, and its ``catch_up`` decides.
     schedule_grace_seconds: float = 120.0
+    # A BLOCKED execution (engine/definitions.py) is looked at again by the sweeper this often:
+    # slow on purpose, one read and one write each time, never a message.
+    blocked_recheck_seconds: float = 300.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:
@@ -63,6 +66,8 @@ class EngineConfig:
             raise InvalidInput("sweep_limit and sweep_page must be at least 1")
         if self.sweep_period_seconds <= 0:
             raise InvalidInput("sweep_period_seconds must be positive")
+        if self.blocked_recheck_seconds <= 0:
+            raise InvalidInput("blocked_recheck_seconds must be positive")
         if self.schedule_grace_seconds < 0:
             raise InvalidInput("schedule_grace_seconds must not be negative")
         if not 0 <= self.record_reserve_fraction < 1:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from engine import compensation
 from engine import transitions as tr
 from engine.errors import (
     InvalidInput,
+    NotBlocked,
     NotFailed,
     ParentDecides,
 )
@@ -18,8 +22,28 @@ from engine.outbox import dispatch, execution_log
 from engine.parts import Parts
 from engine.ports import Page
 from engine.state import Execution, Status, StepRecord, StepStatus, WaitKind
+from engine.workflow import WorkflowSpec
 
 CONFLICT_RETRIES = 5
+# ``open_by_version`` counts among at most this many of a workflow's newest executions.
+OPEN_COUNT_LIMIT = 5000
+# ... and in at most this many listing pages (a rare workflow in a large table reads few per page).
+OPEN_COUNT_PAGES = 25
+
+
+@dataclass(frozen=True)
+class OpenCount:
+    """A version of a workflow and how many of its executions have not ended (``loom workflows``).
+
+    ``version`` None: executions started before versions were recorded (they run on the newest).
+    ``registered`` False: a version still has open executions but this deployment lacks it
+    (they are BLOCKED). ``exact`` False: the workflow has more than ``OPEN_COUNT_LIMIT`` executions."""
+
+    version: int | None
+    fingerprint: str | None
+    registered: bool
+    open: int
+    exact: bool = True
 
 
 def history(parts: Parts, execution_id: str) -> list[StepRecord]:
@@ -58,7 +82,7 @@ def redrive_failed(parts: Parts, execution_id: str) -> Execution:
     ex = get(parts, execution_id)
     if ex.status is not Status.FAILED:
         raise NotFailed(f"execution {execution_id!r} is {ex.status.value}, not FAILED", status=ex.status.value)
-    parts.registry.get(ex.workflow)
+    parts.registry.of(ex)
     if ex.parent is not None:
         _check_parent_waits(parts, ex)
     new = tr.redriven_state(ex, parts.clock.now(), parts.config)
@@ -111,3 +135,109 @@ def parent_waits_on(parent: Execution, kid: Execution, item: StepRecord | None) 
     item_attempt = int(kid.id.rsplit("--", 1)[-1].split("-")[1])
     final = item is not None and item.status in (StepStatus.COMPLETED, StepStatus.FAILED)
     return not final and last_attempt(item) < item_attempt
+
+
+def migrate(
+    parts: Parts,
+    execution_id: str,
+    mapping: Mapping[str, str],
+    version: int | None = None,
+    *,
+    at: str | None = None,
+) -> Execution:
+    """Move a BLOCKED execution onto a registered definition on purpose (``loom migrate``).
+
+    ``mapping`` takes old step names to new ones; the step the execution stopped at must be in
+    it, or have a step of the same name in the target. The target is ``version`` (default: the
+    newest). The name of the step it stopped at comes from its history (a step with attempts
+    recorded) or from ``at`` (the definition it started on is no longer registered, or it would
+    not be blocked). It resumes there as RUNNING with a new round of attempts, by a guarded redrive.
+    Only a BLOCKED execution that stopped at a step (not a sleep, wait or compensation) moves:
+    anything else is still on a definition that runs it. Raises ``NotBlocked``, ``InvalidInput``
+    (an unmapped or unknown step), ``UnknownWorkflow``; nothing is written then.
+    """
+    ex = get(parts, execution_id)
+    before = (ex.blocked or {}).get("from")
+    if ex.status is not Status.BLOCKED or before != Status.RUNNING.value:
+        what = ex.status.value if ex.status is not Status.BLOCKED else f"BLOCKED from {before}"
+        raise NotBlocked(f"execution {execution_id!r} is {what}: only one blocked at a step migrates", status=what)
+    target = _target(parts, ex, version)
+    old_name = _current_name(parts, ex, at)
+    new_name = mapping.get(old_name, old_name)
+    names = [s.name for s in target.steps]
+    if new_name not in names:
+        raise InvalidInput(
+            f"step {old_name!r} (where {execution_id!r} stopped) maps to {new_name!r}, which version "
+            f"{target.version} does not have; its steps: {names}"
+        )
+    now = parts.clock.now()
+    new = tr.migrated_state(ex, now, parts.config, names.index(new_name), target.fingerprint, target.version)
+    parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    execution_log(new).warning(
+        "execution.migrated",
+        from_step=ex.current_step,
+        from_name=old_name,
+        to_step=new.current_step,
+        to_name=new_name,
+        from_version=ex.workflow_version,
+        to_version=target.version,
+    )
+    dispatch(parts, tr.Effects(run_next=StepMessage(new.id, new.current_step, new.attempt, MessageKind.REDRIVE)))
+    return new
+
+
+def _target(parts: Parts, ex: Execution, version: int | None) -> WorkflowSpec:
+    specs = parts.registry.versions(ex.workflow)
+    if version is None:
+        return specs[-1]
+    found = [s for s in specs if s.version == version]
+    if not found:
+        raise InvalidInput(
+            f"workflow {ex.workflow!r} has no version {version}; registered: {[s.version for s in specs]}"
+        )
+    return found[0]
+
+
+def _current_name(parts: Parts, ex: Execution, at: str | None) -> str:
+    """The name of the step ``ex`` stopped at: its history's record at that index (attempts were
+    recorded there), else ``at``; both given must agree. InvalidInput when neither is known."""
+    mine = [r.name for r in parts.store.history(ex.id) if r.index == ex.current_step]
+    if mine and at is not None and at not in mine:
+        raise InvalidInput(f"execution {ex.id!r} stopped at step {mine[0]!r}, not {at!r}")
+    if mine:
+        return mine[0]
+    if at is None:
+        raise InvalidInput(
+            f"execution {ex.id!r} stopped before running step {ex.current_step} of its old definition, "
+            "whose name Loom cannot read back: name it with at (loom migrate --at NAME)"
+        )
+    return at
+
+
+def open_by_version(parts: Parts, workflow: str) -> list[OpenCount]:
+    """Each registered version of ``workflow`` (and any other that still has executions) with
+    its count of executions not yet ended: version 1 can be removed once its count is 0.
+
+    Counted over the newest ``OPEN_COUNT_LIMIT`` executions of the listing, read in at most
+    ``OPEN_COUNT_PAGES`` pages (``exact`` False when there were more): an execution older than
+    that still open is not counted."""
+    counts: dict[tuple[int | None, str | None], int] = {}
+    cursor: str | None = None
+    read = 0
+    for _ in range(OPEN_COUNT_PAGES):
+        page = parts.store.list_executions(status=None, workflow=workflow, limit=1000, cursor=cursor)
+        for ex in page.items:
+            if not ex.terminal:
+                key = (ex.workflow_version, ex.fingerprint)
+                counts[key] = counts.get(key, 0) + 1
+        read += len(page.items)
+        cursor = page.cursor
+        if cursor is None or read >= OPEN_COUNT_LIMIT:
+            break
+    exact = cursor is None
+    out = [
+        OpenCount(s.version, s.fingerprint, True, counts.pop((s.version, s.fingerprint), 0), exact)
+        for s in parts.registry.versions(workflow)
+    ]
+    out += [OpenCount(v, f, False, n, exact) for (v, f), n in sorted(counts.items(), key=lambda kv: str(kv[0]))]
+    return out

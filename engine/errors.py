@@ -92,6 +92,15 @@ class ExecutionAlreadyExists(ConflictError):
     code = "execution_exists"
 
 
+class DefinitionChanged(LoomError):
+    """No registered definition has the shape an execution started with (a deploy changed its
+    workflow): nothing runs, the execution is BLOCKED until one is deployed or it is migrated.
+
+    Not a ConflictError: no write lost a race, and treating it as one would hide it."""
+
+    code = "definition_changed"
+
+
 class ExecutionNotFound(LoomError):
     """No execution with this id."""
 
@@ -120,6 +129,12 @@ class NotFailed(ConflictError):
     """Only a FAILED execution can be re-driven."""
 
     code = "not_failed"
+
+
+class NotBlocked(ConflictError):
+    """A migration was asked for an execution that is not BLOCKED at a step."""
+
+    code = "not_blocked"
 
 
 class ParentDecides(ConflictError):

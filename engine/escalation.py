@@ -137,6 +137,6 @@ def give_up_compensation(
 
 def _step_name(parts: Parts, ex: Execution) -> str | None:
     try:
-        return parts.registry.get(ex.workflow).steps[ex.current_step].name
+        return parts.registry.of(ex).steps[ex.current_step].name
     except Exception:  # an unknown workflow or step: the error says so already
         return None

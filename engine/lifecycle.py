@@ -157,7 +157,7 @@ def first_to_undo(parts: Parts, ex: Execution) -> int | None:
     attempt fences it (FAILED_IS_FINAL refuses that run's late commit); if the record is
     COMPLETED instead, the step committed and is undone too.
     """
-    spec = parts.registry.get(ex.workflow)
+    spec = parts.registry.of(ex)
     if not spec.has_compensation:
         return None
     below = tr.compensable_below(spec, ex.current_step)
@@ -197,7 +197,7 @@ def _children_at_the_cancel(parts: Parts, ex: Execution) -> list[str]:
 
 def _at_child_step(parts: Parts, ex: Execution) -> bool:
     try:
-        spec = parts.registry.get(ex.workflow)
+        spec = parts.registry.of(ex)
     except LoomError:
         return False
     return ex.current_step < len(spec.steps) and isinstance(spec.steps[ex.current_step], ChildSpec)
@@ -220,7 +220,7 @@ def cancel_running_children(parts: Parts, ex: Execution) -> None:
 def cancel_items(parts: Parts, ex: Execution) -> None:
     """After P is cancelled at a fan-out step with child items: cancel the children still running."""
     try:
-        st = parts.registry.get(ex.workflow).steps[ex.current_step]
+        st = parts.registry.of(ex).steps[ex.current_step]
     except (LoomError, IndexError):
         return
     if not isinstance(st, FanoutSpec) or not any(isinstance(b, ChildSpec) for b in st.branches):
@@ -256,7 +256,7 @@ def item_child_id(parent_id: str, step: int, attempt: int, idx: int) -> str:
 def children_of(parts: Parts, ex: Execution) -> list[dict[str, Any]]:
     """Every child this execution started, with its status (for GET /executions/{id})."""
     try:
-        spec = parts.registry.get(ex.workflow)
+        spec = parts.registry.of(ex)
     except LoomError:
         return []
     if not any(isinstance(s, ChildSpec) for s in spec.steps):

@@ -23,6 +23,7 @@ class OutcomeStatus(StrEnum):
     COMPENSATING = "compensating"  # the execution failed (or was cancelled): its compensations run
     FANNED_OUT = "fanned_out"  # a fan-out step sent (or re-sent) its items; they run on their own
     ITEM_DONE = "item_done"  # an item of a fan-out step is final; the join is not decided yet
+    BLOCKED = "blocked"  # no registered definition matches the execution's: nothing ran (engine/definitions.py)
     NO_TIME = "no_time"  # the step needs more time than the invocation has left; not started
 
 

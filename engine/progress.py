@@ -31,6 +31,7 @@ class StateKind(StrEnum):
     CANCELLED = "cancelled"
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
+    BLOCKED = "blocked"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,13 @@ def state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
 def _state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
     if ex.terminal:
         return _terminal(ex, spec)
+    if ex.status is Status.BLOCKED:
+        # ``spec`` is None here (no registered version has its shape): name only the index.
+        reason = (
+            f"blocked on step {ex.current_step}: definition_changed, its workflow has another shape "
+            f"now (deploy version {ex.workflow_version} again, or loom migrate)"
+        )
+        return State(StateKind.BLOCKED, reason)  # its next_wake_at is a recheck, not an end
     name = _step_name(ex, spec, ex.current_step)
     if ex.status is Status.SLEEPING:
         until = ex.next_wake_at

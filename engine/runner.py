@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import attempts, callbacks, catching, children, compensation, fan_undo, fanout, signals, steps
+from engine import attempts, callbacks, catching, children, compensation, definitions, fan_undo, fanout, signals, steps
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -117,7 +117,12 @@ def handle_link(
         log.info("message.early", due_at=check.due_at, resend_in=check.resend_in)
         return LinkResult(OutcomeStatus.EARLY)
     try:
-        spec = parts.registry.get(ex.workflow)
+        found = definitions.spec_for(parts, ex)
+        if found is None:
+            # The deployed definition has another shape: its step at this index may be another
+            # step. Stop before running anything (engine/definitions.py).
+            return definitions.block(parts, ex)
+        spec = found
         if ex.status is Status.COMPENSATING:
             return undo(parts, ex, spec)  # always guarded (engine/compensation.py)
         st = attempts.step_at(spec, ex.current_step)

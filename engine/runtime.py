@@ -64,6 +64,11 @@ class Engine:
     def redrive_failed(self, execution_id: str) -> Execution:
         return control.redrive_failed(self, execution_id)
 
+    def migrate(
+        self, execution_id: str, mapping: Mapping[str, str], version: int | None = None, *, at: str | None = None
+    ) -> Execution:
+        return control.migrate(self, execution_id, mapping, version, at=at)
+
     # waits (engine/callbacks.py, engine/signals.py)
     def complete_callback(self, token: str, action: str, body: Any = None) -> callbacks.Completion:
         return callbacks.complete(self, token, callbacks.Action(action), body)

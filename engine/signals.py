@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine import attempts
+from engine import attempts, definitions
 from engine import transitions as tr
 from engine.errors import AlreadyTerminal, ExecutionNotFound, InvalidInput
 from engine.limits import check_execution_id, check_item, meta_item_size
@@ -97,7 +97,11 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
         return False
     if ex.wait.name != name or ex.status is not Status.WAITING:
         return False
-    spec = parts.registry.get(ex.workflow)
+    spec = definitions.spec_for(parts, ex)
+    if spec is None:
+        # Kept, not delivered: its step may be another one now. Delivered on resume (deliver_kept).
+        definitions.block(parts, ex)
+        return False
     st = attempts.step_at(spec, ex.current_step)
     if not isinstance(st, SignalSpec):
         return False
@@ -107,6 +111,14 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
     done = deliver(parts, ex, spec, st, found)
     dispatch(parts, done.effects)
     return done.status is OutcomeStatus.COMPLETED_STEP
+
+
+def deliver_kept(parts: Parts, execution_id: str) -> bool:
+    """A signal kept while the execution was BLOCKED goes to its wait once it is resumed."""
+    ex = parts.store.get_execution(execution_id)
+    if ex is None or ex.status is not Status.WAITING or ex.wait is None or ex.wait.kind is not WaitKind.SIGNAL:
+        return False
+    return _deliver_if_waiting(parts, execution_id, ex.wait.name)
 
 
 # ---------------------------------------------------------------- the runner's side

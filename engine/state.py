@@ -19,6 +19,9 @@ class Status(StrEnum):
     COMPENSATING = "COMPENSATING"
     COMPENSATED = "COMPENSATED"
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    # No registered definition has the shape the execution started with (engine/definitions.py):
+    # nothing runs until one is deployed (it resumes) or it is migrated (``loom migrate``).
+    BLOCKED = "BLOCKED"
 
     @property
     def terminal(self) -> bool:
@@ -135,6 +138,13 @@ class Execution:
     parent: dict[str, Any] | None = None
     # While the current step's catch handler runs (engine/catching.py): the failure it handles.
     catching: dict[str, Any] | None = None
+    # The shape of the definition it started on (``WorkflowSpec.fingerprint``) and that
+    # definition's version; None for executions started before they were recorded (they run
+    # on the newest definition, as they always did).
+    fingerprint: str | None = None
+    workflow_version: int | None = None
+    # While BLOCKED: {"reason": "definition_changed", "from": <status it left>, "since": <time>}.
+    blocked: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:

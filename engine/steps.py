@@ -62,7 +62,7 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
 
 def wake(parts: Parts, ex: Execution) -> LinkResult:
     """Commit a finished sleep and move on (a wake message, the sweeper or a redriven sleep)."""
-    spec = parts.registry.get(ex.workflow)
+    spec = parts.registry.of(ex)
     st = step_at(spec, ex.current_step)
     now = parts.clock.now()
     slept_from = (ex.next_wake_at - st.seconds) if isinstance(st, SleepSpec) and ex.next_wake_at else ex.updated_at

@@ -6,11 +6,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import attempts, schedules, steps, waits
+from engine import attempts, definitions, schedules, signals, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
-from engine.errors import ConflictError, LoomError, TransientError, UnknownWorkflow, WorkflowDefinitionError
+from engine.errors import (
+    ConflictError,
+    DefinitionChanged,
+    LoomError,
+    TransientError,
+    UnknownWorkflow,
+    WorkflowDefinitionError,
+)
 from engine.log import get_logger
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import engine_log, execution_log, notify_parent, send
@@ -28,6 +35,9 @@ class SweepAction(StrEnum):
     POSTPONED = "postponed"
     WOKE = "woke"
     SKIPPED = "skipped"
+    # A BLOCKED execution (engine/definitions.py): looked at again, resumed or still blocked.
+    RESUMED = "resumed"
+    BLOCKED = "blocked"
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,8 @@ class SweepReport:
     postponed: int = 0
     woken: int = 0
     skipped: int = 0
+    resumed: int = 0
+    blocked: int = 0
     truncated: bool = False
     # Executions (or sends) that hit an error; they stay due and the next sweep retries them.
     errors: int = 0
@@ -53,6 +65,8 @@ class _Tally:
     postponed: int = 0
     woken: int = 0
     skipped: int = 0
+    resumed: int = 0
+    blocked: int = 0
     errors: int = 0
 
     def count(self, action: SweepAction) -> None:
@@ -60,6 +74,8 @@ class _Tally:
         self.postponed += action is SweepAction.POSTPONED
         self.woken += action is SweepAction.WOKE
         self.skipped += action is SweepAction.SKIPPED
+        self.resumed += action is SweepAction.RESUMED
+        self.blocked += action is SweepAction.BLOCKED
 
 
 def sweep(
@@ -291,6 +307,12 @@ def sweep_one(
                 raise TransientError(f"the end notice of {ex.id!r} to its parent was not sent")
             _unindex(parts, ex, now)
             return SweepAction.SKIPPED, None
+        if ex.status is Status.BLOCKED:
+            resumed, message = definitions.recheck(parts, ex, now)
+            if not resumed:
+                return SweepAction.BLOCKED, None
+            signals.deliver_kept(parts, ex.id)  # a signal that came while it was blocked
+            return SweepAction.RESUMED, message
         if ex.status is Status.SLEEPING:
             done = steps.wake(parts, ex)
             if done.effects.delayed is not None:
@@ -313,6 +335,10 @@ def sweep_one(
     except ConflictError:
         execution_log(ex).info("sweep.lost_race")
         return SweepAction.SKIPPED, None
+    except DefinitionChanged:
+        # A sleep's end or a wait's timeout on a definition of another shape: stop it there.
+        definitions.block(parts, ex)
+        return SweepAction.BLOCKED, None
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         attempts.fail_execution(parts, ex, exc, st_name=None)
         return SweepAction.SKIPPED, None

@@ -86,7 +86,8 @@ def after_step(
 
 
 def start_state(ex: Execution, spec: WorkflowSpec, cfg: EngineConfig) -> tuple[Execution, Effects]:
-    """The first state of a new execution (version 1)."""
+    """The first state of a new execution (version 1), with the shape of the definition it runs on."""
+    ex = replace(ex, fingerprint=spec.fingerprint, workflow_version=spec.version)
     first = spec.steps[0]
     if isinstance(first, SleepSpec):
         wake_at = ex.created_at + first.seconds
@@ -158,7 +159,9 @@ def failed_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineCo
 
 def cancelled_state(ex: Execution, now: float, cfg: EngineConfig | None = None) -> Execution:
     wake = terminal_wake(ex, now, cfg)
-    return ex.evolve(now, status=Status.CANCELLED, next_wake_at=wake, ready_at=None, started_attempt=0, wait=None)
+    return ex.evolve(
+        now, status=Status.CANCELLED, next_wake_at=wake, ready_at=None, started_attempt=0, wait=None, blocked=None
+    )
 
 
 def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
@@ -350,3 +353,66 @@ def catching_state(ex: Execution, error: dict[str, Any], now: float, cfg: Engine
         next_wake_at=lease(None, now, cfg),
     )
     return new, Effects(run_next=StepMessage(ex.id, ex.current_step, ex.attempt + 1, MessageKind.STEP))
+
+
+BLOCKED_FROM = frozenset({Status.RUNNING, Status.SLEEPING, Status.WAITING, Status.COMPENSATING})
+
+
+def blocked_state(ex: Execution, now: float, cfg: EngineConfig, reason: str) -> Execution:
+    """No registered definition matches the execution: it stops where it is, nothing run.
+
+    Everything about its position (step, attempt, wait) is kept, so that resuming is putting
+    the status back; the due index looks at it again every ``blocked_recheck_seconds``.
+    """
+    return ex.evolve(
+        now,
+        status=Status.BLOCKED,
+        blocked={"reason": reason, "from": ex.status.value, "since": now},
+        next_wake_at=now + cfg.blocked_recheck_seconds,
+    )
+
+
+def still_blocked_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """A recheck found no match yet: the next one is a recheck period away."""
+    return ex.evolve(now, next_wake_at=now + cfg.blocked_recheck_seconds)
+
+
+def resumed_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
+    """A matching definition is registered again: the execution goes back to what it was.
+
+    A RUNNING or COMPENSATING one gets one lease (its redrive then runs guarded, see
+    ``reclaimed_state``); a sleep is due at once (it was due when it blocked, or its wake came);
+    a wait keeps its own deadline.
+    """
+    before = Status(ex.blocked["from"]) if ex.blocked else Status.RUNNING
+    if before is Status.WAITING:
+        wake = ex.wait.wake_at() if ex.wait is not None else None
+    elif before is Status.SLEEPING:
+        wake = now
+    else:
+        wake = now + cfg.lease_seconds
+    return ex.evolve(now, status=before, blocked=None, next_wake_at=wake)
+
+
+def migrated_state(
+    ex: Execution, now: float, cfg: EngineConfig, step: int, fingerprint: str, version: int
+) -> Execution:
+    """A BLOCKED (RUNNING) execution moved by ``loom migrate`` onto another definition, at
+    ``step``: a new round of attempts there (numbers never reused), one lease to be re-driven."""
+    return ex.evolve(
+        now,
+        status=Status.RUNNING,
+        blocked=None,
+        current_step=step,
+        fingerprint=fingerprint,
+        workflow_version=version,
+        attempt=ex.attempt + 1,
+        attempt_base=ex.attempt,
+        started_attempt=0,
+        attempt_started_at=None,
+        ready_at=None,
+        error=None,
+        wait=None,
+        catching=None,
+        next_wake_at=now + cfg.lease_seconds,
+    )

@@ -30,7 +30,7 @@ from engine.workflow import StepSpec
 
 def expire(parts: Parts, ex: Execution) -> LinkResult:
     """The sweeper found a WAITING execution due: roll a committed wait forward, else time it out."""
-    spec = parts.registry.get(ex.workflow)
+    spec = parts.registry.of(ex)
     st = attempts.step_at(spec, ex.current_step)
     assert isinstance(st, StepSpec)
     record = parts.store.get_step(ex.id, ex.current_step, st.name)

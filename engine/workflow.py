@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
@@ -11,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from engine.errors import UnknownWorkflow, WorkflowDefinitionError
+from engine.errors import DefinitionChanged, UnknownWorkflow, WorkflowDefinitionError
 from engine.poll_strategy import Exponential, Fixed, PollStrategy
 from engine.poll_strategy import exponential as exponential  # re-exported: the authoring API
 from engine.poll_strategy import fixed as fixed
@@ -21,6 +22,9 @@ from engine.retry import RetryPolicy
 from engine.schedule_expr import CatchUp
 from engine.schedule_expr import parse as parse_schedule
 from engine.state import canonical_json
+
+if TYPE_CHECKING:
+    from engine.state import Execution
 
 
 class Phase(StrEnum):
@@ -488,6 +492,20 @@ class WorkflowSpec:
     # (engine/schedules.py); ``catch_up`` says what happens to firings missed in an outage.
     schedule: str | None = None
     catch_up: CatchUp = CatchUp.RUN_ONCE
+    # ``@workflow(name, version=2)``: versions of one name stay registered side by side.
+    version: int = 1
+
+    @property
+    def fingerprint(self) -> str:
+        """The definition's shape: step names, kinds and order (never the code inside a step).
+
+        An execution records it at start; a worker runs a step only for the definition with
+        the same fingerprint (engine/definitions.py). sha256 over canonical JSON, so every
+        process computes the same value (``hash()`` is salted per process).
+        """
+        shape = [[s.name, _describe_step(self, i, s)["kind"]] for i, s in enumerate(self.steps)]
+        encoded = canonical_json({"workflow": self.name, "steps": shape})
+        return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
     def policy_for(self, spec: StepSpec) -> RetryPolicy:
         return spec.retry or self.retry
@@ -505,6 +523,8 @@ class WorkflowSpec:
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "version": self.version,
+            "fingerprint": self.fingerprint,
             "retry": describe_retry(self.retry),
             "step_timeout": self.step_timeout,
             "schedule": None
@@ -603,6 +623,7 @@ def build_spec(
     *,
     schedule: str | None = None,
     catch_up: CatchUp | str = CatchUp.RUN_ONCE,
+    version: int = 1,
 ) -> WorkflowSpec:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
@@ -619,6 +640,7 @@ def build_spec(
     if len(specs) > 999:
         raise WorkflowDefinitionError("a workflow has at most 999 steps")
     expression, policy = check_schedule(name, schedule, catch_up)
+    check_version(name, version)
     return WorkflowSpec(
         name=name,
         steps=tuple(specs),
@@ -626,38 +648,79 @@ def build_spec(
         step_timeout=check_timeout(step_timeout, f"workflow {name!r}: step_timeout"),
         schedule=expression,
         catch_up=policy,
+        version=version,
     )
 
 
+def check_version(name: str, version: object) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= 1_000_000:
+        raise WorkflowDefinitionError(f"workflow {name!r}: version must be an integer from 1, not {version!r}")
+
+
 class Registry:
-    """Workflows by name. Registering a name twice is an error, not an override."""
+    """Workflows by name and version. Registering a (name, version) twice is an error, not an
+    override; the versions of one name live side by side, and a name means its newest version."""
 
     def __init__(self) -> None:
-        self._specs: dict[str, WorkflowSpec] = {}
+        self._specs: dict[str, dict[int, WorkflowSpec]] = {}
 
     def add(self, spec: WorkflowSpec) -> WorkflowSpec:
-        existing = self._specs.get(spec.name)
+        versions = self._specs.setdefault(spec.name, {})
+        existing = versions.get(spec.version)
         if existing is not None and existing != spec:
-            raise WorkflowDefinitionError(f"workflow {spec.name!r} is registered twice")
-        self._specs[spec.name] = spec
+            raise WorkflowDefinitionError(f"workflow {spec.name!r} version {spec.version} is registered twice")
+        versions[spec.version] = spec
         return spec
 
     def get(self, name: str) -> WorkflowSpec:
-        try:
-            return self._specs[name]
-        except KeyError:
+        """The newest version of ``name``: what a new execution starts on."""
+        versions = self._specs.get(name)
+        if not versions:
             raise UnknownWorkflow(
                 f"unknown workflow {name!r}; registered: {sorted(self._specs)}", workflow=name
             ) from None
+        return versions[max(versions)]
+
+    def versions(self, name: str) -> list[WorkflowSpec]:
+        """Every registered version of ``name``, oldest first (UnknownWorkflow if none)."""
+        self.get(name)
+        return [self._specs[name][v] for v in sorted(self._specs[name])]
+
+    def matching(self, name: str, fingerprint: str | None, version: int | None = None) -> WorkflowSpec | None:
+        """The registered definition an execution that started with ``fingerprint`` runs on.
+
+        No fingerprint (started before executions recorded one): the newest, as before. Otherwise
+        the version it started on if its shape is unchanged, else any version of the same
+        shape; None when no registered version has it (the execution is BLOCKED).
+        """
+        if fingerprint is None:
+            return self.get(name)
+        candidates = sorted(self.versions(name), key=lambda s: (s.version != version, -s.version))
+        return next((s for s in candidates if s.fingerprint == fingerprint), None)
+
+    def of(self, ex: Execution) -> WorkflowSpec:
+        """The definition ``ex`` runs on; ``DefinitionChanged`` when none is registered."""
+        spec = self.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
+        if spec is None:
+            raise DefinitionChanged(
+                f"workflow {ex.workflow!r} has no registered definition with the fingerprint "
+                f"execution {ex.id!r} started with",
+                workflow=ex.workflow,
+            )
+        return spec
 
     def __contains__(self, name: object) -> bool:
         return name in self._specs
 
     def __iter__(self) -> Iterator[WorkflowSpec]:
-        return iter(sorted(self._specs.values(), key=lambda s: s.name))
+        """The newest version of each name, by name."""
+        return iter(sorted((self.get(n) for n in self._specs), key=lambda s: s.name))
+
+    def all_versions(self) -> Iterator[WorkflowSpec]:
+        return iter(sorted((s for vs in self._specs.values() for s in vs.values()), key=lambda s: (s.name, s.version)))
 
     def names(self) -> Mapping[str, WorkflowSpec]:
-        return MappingProxyType(self._specs)
+        return MappingProxyType({n: self.get(n) for n in self._specs})
 
 
 #: Where ``@workflow`` registers by default; handlers load user modules into it.
@@ -670,15 +733,19 @@ def workflow(
     registry: Registry | None = None,
     schedule: str | None = None,
     catch_up: CatchUp | str = CatchUp.RUN_ONCE,
+    version: int = 1,
 ) -> Callable[[type], type]:
     """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``.
 
     ``schedule="cron(0 2 * * ? *)"`` or ``"rate(1 hour)"`` (EventBridge's syntax, UTC) starts
     one execution per fire time, with the input ``{"scheduled_at": "<ISO time>"}``;
     ``catch_up`` is ``"run_once"`` (one run for all firings missed in an outage) or ``"skip"``.
+    ``version=2`` registers a new definition beside version 1: new starts take the newest, and
+    each execution runs on the definition it started with (engine/definitions.py).
     """
     # Checked now, at the decorator, so a bad expression fails the import, not a later tick.
     check_schedule(name, schedule, catch_up)
+    check_version(name, version)
 
     def register(cls: type) -> type:
         spec = build_spec(
@@ -688,6 +755,7 @@ def workflow(
             getattr(cls, "step_timeout", None),
             schedule=schedule,
             catch_up=catch_up,
+            version=version,
         )
         (registry or default_registry).add(spec)
         cls.spec = spec  # type: ignore[attr-defined]

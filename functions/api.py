@@ -15,7 +15,10 @@
 | POST /executions/{id}/redrive        | 200 a new round of attempts, 404, 409 unless FAILED |
 |                                      | (409 parent_decides: a child its parent no longer |
 |                                      | waits on; the message names the parent)          |
-| GET  /workflows                      | 200; a scheduled one's ``schedule.next_fire`` |
+| POST /executions/{id}/migrate        | 200 a BLOCKED execution moved; body {"map": {old: new}, |
+|                                      | "version": N, "at": old step}; 400 unmapped, 409 not blocked |
+| GET  /workflows                      | 200; a scheduled one's ``schedule.next_fire``; |
+|                                      | ``versions``: each with its open executions  |
 | GET  /dlq?limit                      | 200: the parked messages, left in place        |
 | POST /dlq/redrive?limit              | 200: what was done with each message           |
 | POST /callbacks/{token}/succeed|fail|heartbeat, POST /executions/{id}/signals/{name} | functions/waits_api.py |
@@ -61,6 +64,7 @@ from engine import children, control, dead_letters, fan_view, progress
 from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
+    DefinitionChanged,
     ExecutionNotFound,
     InvalidInput,
     LoomError,
@@ -72,6 +76,7 @@ from engine.errors import (
 from engine.join import MAX_ITEMS
 from engine.log import get_logger
 from engine.parts import Parts
+from engine.state import Execution
 from engine.workflow import WorkflowSpec
 from functions import views, waits_api, wiring
 from functions.http import FunctionUrlEvent, HttpError, Request, Router, error_response, response
@@ -102,16 +107,17 @@ def _only(request: Request, allowed: frozenset[str]) -> None:
         raise InvalidInput(f"unknown query parameter(s) {unknown}; allowed: {sorted(allowed)}")
 
 
-def _spec(workflow: str) -> WorkflowSpec | None:
-    """None for a workflow this deployment does not have: its executions still read."""
+def _spec(ex: Execution) -> WorkflowSpec | None:
+    """The definition ``ex`` runs on; None for a workflow this deployment does not have, or
+    none of the shape it started with (BLOCKED): its executions still read."""
     try:
-        return wiring.engine().registry.get(workflow)
+        return wiring.engine().registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
     except UnknownWorkflow:
         return None
 
 
-def _step_names(workflow: str) -> list[str] | None:
-    spec = _spec(workflow)
+def _step_names(ex: Execution) -> list[str] | None:
+    spec = _spec(ex)
     return None if spec is None else [s.name for s in spec.steps]
 
 
@@ -133,7 +139,7 @@ def start(request: Request) -> dict[str, Any]:
     ex, created = wiring.engine().start(workflow, body.get("input"), execution_id)
     return response(
         201 if created else 200,
-        views.execution(ex, _step_names(ex.workflow)),
+        views.execution(ex, _step_names(ex)),
         {"location": f"/executions/{ex.id}"},
     )
 
@@ -141,10 +147,10 @@ def start(request: Request) -> dict[str, Any]:
 def status(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
     ex = wiring.engine().get(request.params["id"])
-    body = views.execution(ex, _step_names(ex.workflow))
+    body = views.execution(ex, _step_names(ex))
     body["children"] = children.children_of(wiring.engine(), ex)  # parent: views.execution
     now = wiring.engine().clock.now()
-    body["state"] = views.state(progress.state(ex, _spec(ex.workflow), now))
+    body["state"] = views.state(progress.state(ex, _spec(ex), now))
     return response(200, body | views.read_at(now))
 
 
@@ -160,7 +166,7 @@ def history(request: Request) -> dict[str, Any]:
     if any(request.query.get(k) not in (None, "") for k in ("items_from", "items_limit")):
         raise InvalidInput("items_from and items_limit page one fan-out step: name it with step=N")
     ex, records = control.timeline(engine, execution_id)
-    spec = _spec(ex.workflow)
+    spec = _spec(ex)
     kinds = progress.step_kinds(spec)
     now = engine.clock.now()
     steps = [views.step(r, kinds) for r in records]
@@ -208,7 +214,7 @@ def _items_page(request: Request, execution_id: str) -> dict[str, Any]:
     engine = wiring.engine()
     ex = engine.get(execution_id)
     found = fan_view.checked_page(engine, ex, step, start, count)
-    return {"id": execution_id, "step": step, **views.fan_page(found, _branch_names(_spec(ex.workflow), step))}
+    return {"id": execution_id, "step": step, **views.fan_page(found, _branch_names(_spec(ex), step))}
 
 
 def list_executions(request: Request) -> dict[str, Any]:
@@ -233,7 +239,7 @@ def cancel(request: Request) -> dict[str, Any]:
         if not isinstance(compensate, bool):
             raise InvalidInput("'compensate' must be true or false")
     ex = wiring.engine().cancel(request.params["id"], compensate=compensate)
-    return response(200, views.execution(ex, _step_names(ex.workflow)))
+    return response(200, views.execution(ex, _step_names(ex)))
 
 
 def redrive(request: Request) -> dict[str, Any]:
@@ -242,7 +248,27 @@ def redrive(request: Request) -> dict[str, Any]:
     if request.body.strip():
         raise InvalidInput("redrive takes no body")
     ex = wiring.engine().redrive_failed(request.params["id"])
-    return response(200, views.execution(ex, _step_names(ex.workflow)))
+    return response(200, views.execution(ex, _step_names(ex)))
+
+
+MIGRATE_FIELDS = frozenset({"map", "version", "at"})
+
+
+def migrate(request: Request) -> dict[str, Any]:
+    _only(request, frozenset())
+    body = request.json()
+    if not isinstance(body, dict) or set(body) - MIGRATE_FIELDS:
+        raise InvalidInput(f"the migrate body must be a JSON object with {sorted(MIGRATE_FIELDS)}")
+    mapping = body.get("map", {})
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise InvalidInput("'map' must be an object of old step name to new step name")
+    version, at = body.get("version"), body.get("at")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise InvalidInput("'version' must be an integer")
+    if at is not None and not isinstance(at, str):
+        raise InvalidInput("'at' must be a step name")
+    ex = wiring.engine().migrate(request.params["id"], mapping, version, at=at)
+    return response(200, views.execution(ex, _step_names(ex)))
 
 
 def workflows(request: Request) -> dict[str, Any]:
@@ -252,7 +278,10 @@ def workflows(request: Request) -> dict[str, Any]:
     return response(
         200,
         {
-            "workflows": [views.workflow(spec.describe(), fires) for spec in engine.registry],
+            "workflows": [
+                views.workflow(spec.describe(), fires, control.open_by_version(engine, spec.name))
+                for spec in engine.registry
+            ],
             **views.read_at(engine.clock.now()),
         },
     )
@@ -285,6 +314,7 @@ ROUTER.add("GET", "/executions/{id}", status)
 ROUTER.add("GET", "/executions/{id}/history", history)
 ROUTER.add("POST", "/executions/{id}/cancel", cancel)
 ROUTER.add("POST", "/executions/{id}/redrive", redrive)
+ROUTER.add("POST", "/executions/{id}/migrate", migrate)
 ROUTER.add("GET", "/workflows", workflows)
 ROUTER.add("GET", "/dlq", dlq_list)
 ROUTER.add("POST", "/dlq/redrive", dlq_redrive)
@@ -296,6 +326,7 @@ ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
     (InvalidInput, 400),
     (ExecutionNotFound, 404),
     (ConflictError, 409),
+    (DefinitionChanged, 409),  # the execution is BLOCKED: try again once it resumes
     (TransientError, 503),
     (ResourceMissing, 500),
 )

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine import compensation, progress
+from engine.control import OpenCount
 from engine.dead_letters import DeadLetter, RedriveResult
 from engine.fan_view import FanPage, OpenStep
 from engine.state import Attempt, Execution, StepRecord
@@ -38,6 +39,9 @@ def execution_summary(ex: Execution) -> dict[str, Any]:
         "current_step": ex.current_step,
         "attempt": ex.attempt,
         "version": ex.version,
+        "workflow_version": ex.workflow_version,
+        "fingerprint": ex.fingerprint,
+        "blocked": None if ex.blocked is None else {**ex.blocked, **_times(since=ex.blocked.get("since"))},
         "error": ex.error,
         **_times(next_wake_at=ex.next_wake_at, created_at=ex.created_at, updated_at=ex.updated_at),
     }
@@ -165,13 +169,28 @@ def state(found: progress.State) -> dict[str, Any]:
     return {"kind": found.kind.value, "reason": found.reason, "step": found.step, **_times(until=found.until)}
 
 
-def workflow(described: dict[str, Any], next_fires: dict[str, float | None]) -> dict[str, Any]:
-    """A workflow's description; a scheduled one's ``schedule`` gains ``next_fire`` (and
-    ``next_fire_epoch``): its cursor's next fire time, null when the expression has none left."""
+def workflow(
+    described: dict[str, Any], next_fires: dict[str, float | None], versions: list[OpenCount] | None = None
+) -> dict[str, Any]:
+    """A workflow's (newest version's) description; a scheduled one's ``schedule`` gains
+    ``next_fire`` (and ``next_fire_epoch``): its cursor's next fire time, null when the expression
+    has none left. ``versions``: each registered version with its executions not yet ended."""
+    out = dict(described)
+    if versions is not None:
+        out["versions"] = [
+            {
+                "version": v.version,
+                "fingerprint": v.fingerprint,
+                "registered": v.registered,
+                "open": v.open,
+                "exact": v.exact,
+            }
+            for v in versions
+        ]
     schedule = described.get("schedule")
     if not schedule:
-        return described
-    return {**described, "schedule": {**schedule, **_times(next_fire=next_fires.get(described["name"]))}}
+        return out
+    return {**out, "schedule": {**schedule, **_times(next_fire=next_fires.get(described["name"]))}}
 
 
 def read_at(now: float) -> dict[str, Any]:

@@ -218,6 +218,13 @@ class ControlPlane:
         body = {"compensate": True} if compensate else None
         return self.request("POST", f"/executions/{_segment(execution_id)}/cancel", body=body)[1]
 
+    def migrate(
+        self, execution_id: str, mapping: dict[str, str], *, version: int | None = None, at: str | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"map": mapping}
+        body.update({k: v for k, v in (("version", version), ("at", at)) if v is not None})
+        return self.request("POST", f"/executions/{_segment(execution_id)}/migrate", body=body)[1]
+
     def workflows(self) -> dict[str, Any]:
         return self.request("GET", "/workflows")[1]
 

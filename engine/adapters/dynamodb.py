@@ -33,6 +33,9 @@ SUMMARY_ATTRIBUTES = [
     "#s",
     "current_step",
     "version",
+    "workflow_version",  # loom workflows counts each version's open executions from the list
+    "fingerprint",
+    "blocked",
     "created_at",
     "updated_at",
     "next_wake_at",
@@ -167,6 +170,12 @@ class DynamoStore(FanStore, ScheduleStore):
             item["parent"] = _s(canonical_json(ex.parent))
         if ex.catching is not None:
             item["catching"] = _s(canonical_json(ex.catching))
+        if ex.fingerprint is not None:
+            item["fingerprint"] = _s(ex.fingerprint)
+        if ex.workflow_version is not None:
+            item["workflow_version"] = _n(ex.workflow_version)
+        if ex.blocked is not None:
+            item["blocked"] = _s(canonical_json(ex.blocked))
         # The engine's estimates leave room; this is the item as it will really be sent.
         check_item(item_size(item), f"execution {ex.id!r}")
         return item
@@ -193,6 +202,9 @@ class DynamoStore(FanStore, ScheduleStore):
             wait=None if item.get("wait") is None else Wait.from_dict(_json(item["wait"])),
             parent=_json(item.get("parent")),
             catching=_json(item.get("catching")),
+            fingerprint=item["fingerprint"]["S"] if "fingerprint" in item else None,
+            workflow_version=int(item["workflow_version"]["N"]) if "workflow_version" in item else None,
+            blocked=_json(item.get("blocked")),
         )
 
     @staticmethod

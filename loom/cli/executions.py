@@ -1,4 +1,4 @@
-"""``loom start | status | history | list | cancel | workflows | dlq list | dlq redrive``.
+"""``loom start | status | history | list | cancel | workflows | migrate | dlq list | dlq redrive``.
 
 Every command talks to the control plane: ``--url`` for a deployed Function URL (each
 request SigV4-signed for service ``lambda`` with the default credential chain), else the
@@ -84,7 +84,12 @@ def register(sub: Any) -> None:
     p = add("cancel", cancel, "cancel an execution")
     p.add_argument("id", type=execution_id, help="the execution's id")
     p.add_argument("--compensate", action="store_true", help="undo the committed steps of a saga (reverse order) first")
-    add("workflows", workflows, "list the registered workflows and their steps")
+    add("workflows", workflows, "list the registered workflows, their steps and each version's open executions")
+    p = add("migrate", migrate, "move a BLOCKED execution onto a deployed version, at the step OLD=NEW maps it to")
+    p.add_argument("id", type=execution_id, help="the execution's id")
+    p.add_argument("mapping", nargs="*", type=step_mapping, help="OLD=NEW: an old step's name and its new step's")
+    p.add_argument("--to-version", type=int, dest="version", help="the target version (default: the newest)")
+    p.add_argument("--at", help="the old step it stopped at, when it had not run yet (the error says so)")
 
     dlq = sub.add_parser("dlq", help="look at and redrive the dead-letter queue", description="the dead-letter queue")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", metavar="COMMAND")
@@ -168,6 +173,8 @@ EXECUTION_FIELDS = [
     ("current_step_name", "step name"),
     ("attempt", "attempt"),
     ("version", "version"),
+    ("workflow_version", "workflow version"),
+    ("blocked", "blocked"),
     ("created_at", "created"),
     ("updated_at", "updated"),
     ("next_wake_at", "next wake"),
@@ -246,6 +253,32 @@ def cancel(client: ControlPlane, args: argparse.Namespace) -> int:
     return 0
 
 
+def step_mapping(value: str) -> tuple[str, str]:
+    old, sep, new = value.partition("=")
+    if not sep or not old or not new:
+        raise argparse.ArgumentTypeError(f"{value!r} is not OLD=NEW (an old step's name = its new step's)")
+    return old, new
+
+
+def migrate(client: ControlPlane, args: argparse.Namespace) -> int:
+    body = client.migrate(args.id, dict(args.mapping), version=args.version, at=args.at)
+    if args.json:
+        output.as_json(body)
+    else:
+        name = body.get("current_step_name") or body["current_step"]
+        print(f"migrated {body['id']} to version {body.get('workflow_version')}: runs from step {name} on")
+    return 0
+
+
+def versions_cell(versions: list[dict[str, Any]] | None) -> str:
+    """``v1: 3 open, v2: 0 open``; a version this deployment lacks says so (its executions are BLOCKED)."""
+    cells = []
+    for v in versions or []:
+        label = f"v{v['version']}" if v["version"] is not None else "unversioned"
+        cells.append(f"{label}: {v['open']} open" + ("" if v["registered"] else " (not deployed)"))
+    return ", ".join(cells)
+
+
 def workflows(client: ControlPlane, args: argparse.Namespace) -> int:
     body = client.workflows()
     if args.json:
@@ -255,12 +288,13 @@ def workflows(client: ControlPlane, args: argparse.Namespace) -> int:
         {
             "name": w["name"],
             "count": len(w["steps"]),
+            "versions": versions_cell(w.get("versions")),
             "schedule": schedule_cell(w.get("schedule")),
             "steps": " -> ".join(s["name"] for s in w["steps"]),
         }
         for w in body.get("workflows", [])
     ]
-    columns = [("name", "workflow"), ("count", "steps")]
+    columns = [("name", "workflow"), ("count", "steps"), ("versions", "versions (executions not ended)")]
     if any(row["schedule"] for row in rows):
         columns.append(("schedule", "schedule (next fire, UTC)"))
     output.table(rows, [*columns, ("steps", "order")], width=200)

@@ -238,11 +238,12 @@ class InMemoryStore:
 
     def next_wake(self, *, skip_waits: bool = True) -> float | None:
         """The earliest wake time of any execution (what the sweeper will find next);
-        without ``skip_waits``, the timeouts of WAITING executions do not count."""
+        without ``skip_waits``, the timeouts of WAITING executions and the rechecks of BLOCKED
+        ones (which wait for a deploy) do not count."""
         times = [
             ex.next_wake_at
             for ex in self._executions.values()
-            if ex.next_wake_at is not None and (skip_waits or ex.status is not Status.WAITING)
+            if ex.next_wake_at is not None and (skip_waits or ex.status not in (Status.WAITING, Status.BLOCKED))
         ]
         return min(times) if times else None
 

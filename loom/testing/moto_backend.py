@@ -35,12 +35,16 @@ FAR_FUTURE = 1e12  # a date no wake time reaches (year 33658), and a number Dyna
 
 def earliest_wake(store: Store, shards: int, *, skip_waits: bool = True) -> float | None:
     """The earliest wake time in the due index, read the way the sweeper reads it
-    (without ``skip_waits``, WAITING executions' timeouts do not count)."""
+    (without ``skip_waits``, WAITING executions' timeouts and BLOCKED ones' rechecks do not count)."""
     found: list[float] = []
     for shard in range(shards):
         ids, _ = store.due(shard, FAR_FUTURE, 1 if skip_waits else 100, None)
         for execution_id in ids:
             ex = store.get_execution(execution_id)
-            if ex is not None and ex.next_wake_at is not None and (skip_waits or ex.status.value != "WAITING"):
+            if (
+                ex is not None
+                and ex.next_wake_at is not None
+                and (skip_waits or ex.status.value not in ("WAITING", "BLOCKED"))
+            ):
                 found.append(ex.next_wake_at)
     return min(found) if found else None

@@ -17,7 +17,7 @@ from engine.config import EngineConfig
 from engine.ports import FaultPoint, Store
 from engine.runtime import Engine, SweepReport
 from engine.signals import Sent
-from engine.state import Execution, StepRecord, StepStatus
+from engine.state import Execution, Status, StepRecord, StepStatus
 from engine.workflow import Phase, Registry, WorkflowSpec, default_registry
 from loom.testing.memory import InMemoryStore
 from loom.testing.queue import Queued, VirtualQueue
@@ -170,6 +170,11 @@ class WorkflowTest:
             self.engine.sweep()
         return None if execution_id is None else self.engine.get(execution_id)
 
+    def deploy(self, registry: Registry) -> None:
+        """Swap the deployed workflows, as a deploy between two deliveries does: messages in
+        flight and executions in the store stay; the next delivery or sweep runs the new code."""
+        self.engine.registry = registry
+
     def advance(self, seconds: float) -> SweepReport:
         """Move the clock as ``loom time advance`` does, then run the sweeper once.
 
@@ -278,7 +283,11 @@ class WorkflowTest:
             self.queue.delete(queued)
 
     def _settled(self, execution_id: str | None) -> bool:
-        return execution_id is not None and self.engine.get(execution_id).terminal
+        # BLOCKED waits for a deploy (``deploy``) or a migration, as a wait for the outside world.
+        if execution_id is None:
+            return False
+        ex = self.engine.get(execution_id)
+        return ex.terminal or ex.status is Status.BLOCKED
 
     def _next_wake(self, skip_waits: bool) -> float | None:
         next_wake = getattr(self.store, "next_wake", None)
@@ -293,7 +302,9 @@ class WorkflowTest:
         ex = self.store.get_execution(execution_id)
         if ex is None or ex.workflow not in self.engine.registry:
             return None
-        spec: WorkflowSpec = self.engine.registry.get(ex.workflow)
+        spec: WorkflowSpec | None = self.engine.registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
+        if spec is None:
+            return None
         return spec.steps[index].name if 0 <= index < len(spec.steps) else None
 
     def _left(self, what: str) -> str:

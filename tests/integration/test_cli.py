@@ -20,12 +20,14 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from engine import Registry
 from functions import wiring
 from loom import stackfile
 from loom.cli import executions
 from loom.local.sigv4 import Principal, new_principal
 from loom.template import create_resources
 from tests.integration.api_support import Functions, function_url_server, sample_event
+from workflows import versioned
 
 pytestmark = [pytest.mark.integration, pytest.mark.server]
 
@@ -293,3 +295,30 @@ def test_history_of_a_map_nests_its_items_from_the_real_api(
     assert text[at + 5].split()[:4] == ["1", "total", "step", "COMPLETED"]
     code, out, _ = loom(capsys, "history", "cli-map", "--json")
     assert [i["result"]["price"] for i in json.loads(out)["steps"][0]["items"]] == [2.5, 2.5, 2.5]
+
+
+def test_workflows_counts_each_versions_open_executions_and_migrate_moves_a_blocked_one(
+    stack: dict[str, Any], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = loom(capsys, "start", "checkout_versions", "--id", "cv1", "--json")
+    assert code == 0 and json.loads(out)["workflow_version"] == 2
+    code, out, _ = loom(capsys, "workflows")
+    assert "v1: 0 open, v2: 1 open" in next(line for line in out.splitlines() if line.startswith("checkout_versions"))
+    # A deploy that keeps only version 1 (fraud_check gone): the queued execution blocks.
+    only_v1 = Registry()
+    only_v1.add(versioned.CheckoutV1.spec)  # type: ignore[attr-defined]
+    wiring.reset()
+    monkeypatch.setattr(wiring, "default_registry", only_v1)
+    stack["fn"].drain()
+    code, out, _ = loom(capsys, "status", "cv1")
+    assert code == 0 and "BLOCKED" in out and "definition_changed" in out and "loom migrate" in out
+    code, out, _ = loom(capsys, "workflows")
+    row = next(line for line in out.splitlines() if line.startswith("checkout_versions"))
+    assert "v1: 0 open, v2: 1 open (not deployed)" in row
+    code, _, err = loom(capsys, "migrate", "cv1", "reserve=nope", "--at", "reserve")
+    assert code == 1 and "does not have" in err
+    code, out, _ = loom(capsys, "migrate", "cv1", "--at", "reserve")
+    assert code == 0 and out.strip() == "migrated cv1 to version 1: runs from step reserve on"
+    stack["fn"].drain()
+    code, out, _ = loom(capsys, "status", "cv1", "--json")
+    assert json.loads(out)["status"] == "COMPLETED"

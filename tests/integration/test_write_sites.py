@@ -43,6 +43,7 @@ KINDS: dict[str, str] = {
     "DynamoStore.commit_step <- parking.commit_result <- signals.deliver": "approval",
     "DynamoStore.commit_step <- steps.run_step <- runner.handle_link": "fulfillment",
     "DynamoStore.commit_step <- steps.run_step <- runner.run_guarded": "fulfillment",
+    "DynamoStore.commit_step <- steps.wake <- runner.handle_link": "redeploy_asleep",  # the resumed sleep's wake
     "DynamoStore.commit_step <- steps.wake <- sweeper.sweep_one": "fulfillment",
     "DynamoStore.consume_signal <- parking.consume_committed <- parking.finish_committed": "signal_repeat",
     "DynamoStore.consume_signal <- signals.deliver.<locals>.consume <- parking.commit_result": "approval",
@@ -69,7 +70,12 @@ KINDS: dict[str, str] = {
     "DynamoStore.put_execution <- compensation.advance <- compensation._run_marked": "saga",
     "DynamoStore.put_execution <- compensation.advance <- fan_undo._next": "parallel",
     "DynamoStore.put_execution <- compensation.run <- runner.undo": "saga",
+    "DynamoStore.put_execution <- control.migrate <- runtime.Engine.migrate": "migrate",
     "DynamoStore.put_execution <- control.redrive_failed <- runtime.Engine.redrive_failed": "redrive",
+    "DynamoStore.put_execution <- definitions.block <- runner.handle_link": "redeploy",
+    "DynamoStore.put_execution <- definitions.block <- signals._deliver_if_waiting": "redeploy_signal",
+    "DynamoStore.put_execution <- definitions.block <- sweeper.sweep_one": "redeploy_asleep",
+    "DynamoStore.put_execution <- definitions.recheck <- sweeper.sweep_one": "redeploy",
     "DynamoStore.put_execution <- escalation.begin_catch <- escalation.escalate": "composite_caught",
     "DynamoStore.put_execution <- escalation.begin_compensation <- escalation.escalate": "saga",
     "DynamoStore.put_execution <- escalation.give_up_compensation <- compensation.fail_attempt.<locals>.<lambda>": "undoes",  # noqa: E501
@@ -123,6 +129,12 @@ SHARED: dict[str, tuple[str, str, int]] = {
     "schedule missed (skip)": (_CURSOR, "schedules", 4),
     "schedule reset (a changed expression)": (_CURSOR, "schedules", 5),
     "schedule created by a sweep": (_CURSOR, "schedules", 6),
+    # A blocked execution's recheck: the first finds nothing matching, the second resumes it.
+    "blocked execution resumed": (
+        "DynamoStore.put_execution <- definitions.recheck <- sweeper.sweep_one",
+        "redeploy",
+        2,
+    ),
 }
 CASES = {site: (site, scenario, 1) for site, scenario in KINDS.items()} | SHARED
 

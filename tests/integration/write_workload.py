@@ -32,10 +32,12 @@ from engine.lifecycle import child_id
 from engine.state import Execution, ScheduleCursor
 from engine.workflow import (
     NOT_YET,
+    WorkflowSpec,
     build_spec,
     child,
     exponential,
     not_yet,
+    sleep,
     wait_for_callback,
     wait_for_signal,
     wait_until,
@@ -224,6 +226,10 @@ def registry(world: World) -> Registry:
         ),
         build_spec("polled_state", [_paged(), world.lands("z")]),
         build_spec("crashy", [world.lands("a"), step(world.lands("b"), semantics="at_most_once")], QUICK),
+        # Redeployed with another shape by the redeploy scenarios (issue #24).
+        build_spec("shifty", [world.lands("a"), world.lands("b")], QUICK),
+        build_spec("drowsy", [sleep(seconds=2000), world.lands("b")], QUICK),
+        build_spec("nod", [wait_for_signal("go"), world.lands("b")], QUICK),
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
             "one_by_one",
@@ -517,6 +523,81 @@ def schedules(t: WorkflowTest, world: World, eid: str) -> None:
         t.engine.registry = base
 
 
+def _redeployed(base: Registry, *specs: WorkflowSpec) -> Registry:
+    """``base`` with the workflows of ``specs`` replaced by them (every version of them)."""
+    reg = Registry()
+    for spec in base.all_versions():
+        if spec.name not in {s.name for s in specs}:
+            reg.add(spec)
+    for spec in specs:
+        reg.add(spec)
+    return reg
+
+
+def redeploy(t: WorkflowTest, world: World, eid: str) -> None:
+    """A deploy inserts a step before a queued execution's next one: it blocks (the runner), a
+    recheck finds nothing matching, then version 1 is deployed beside version 2 and it resumes."""
+    base = t.engine.registry
+    v2 = build_spec("shifty", [world.lands("a"), world.lands("x"), world.lands("b")], QUICK, version=2)
+    try:
+        t.start("shifty", {}, execution_id=eid)
+        t.engine.registry = _redeployed(base, v2)
+        t.run(eid)
+        t.advance(t.config.blocked_recheck_seconds)
+        t.engine.registry = _redeployed(base, base.get("shifty"), v2)
+        t.advance(t.config.blocked_recheck_seconds)
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
+def redeploy_asleep(t: WorkflowTest, world: World, eid: str) -> None:
+    """A deploy reorders a sleeping execution's workflow: the sweeper's wake blocks it; the old
+    shape comes back and it resumes, wakes and runs the step after the sleep."""
+    base = t.engine.registry
+    moved = build_spec("drowsy", [world.lands("b"), sleep(seconds=2000)], QUICK, version=2)
+    try:
+        t.start("drowsy", {}, execution_id=eid)
+        t.engine.registry = _redeployed(base, moved)
+        t.advance(2000)
+        t.engine.registry = _redeployed(base, base.get("drowsy"), moved)
+        t.advance(t.config.blocked_recheck_seconds)
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
+def redeploy_signal(t: WorkflowTest, world: World, eid: str) -> None:
+    """A signal for a wait whose workflow changed shape blocks it (kept, not delivered); the old
+    shape is deployed again and the resumed wait takes it."""
+    base = t.engine.registry
+    try:
+        t.start("nod", {}, execution_id=eid)
+        _until_waiting(t, eid)
+        t.engine.registry = _redeployed(base, build_spec("nod", [world.lands("a"), wait_for_signal("go")], version=2))
+        t.signal(eid, "go", {"ok": True})
+        t.engine.registry = _redeployed(base, base.get("nod"))
+        t.advance(t.config.blocked_recheck_seconds)
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
+def migrate(t: WorkflowTest, world: World, eid: str) -> None:
+    """A blocked execution is migrated: its next step ``b`` maps onto the new version's ``x``."""
+    base = t.engine.registry
+    try:
+        t.start("shifty", {}, execution_id=eid)
+        t.engine.registry = _redeployed(
+            base, build_spec("shifty", [world.lands("a"), world.lands("x"), world.lands("b")], QUICK, version=2)
+        )
+        t.run(eid)
+        t.engine.migrate(eid, {"b": "x"}, at="b")
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
 SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "fulfillment": plain("order_fulfillment", {"order_id": "o1", "amount": 5}),
     "payment_retry": plain("payment_retry", {"order_id": "o1", "amount": 5}),
@@ -557,6 +638,10 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "crash_fanout": crash_fanout,
     "signal_repeat": signal_repeat,
     "schedules": schedules,
+    "redeploy": redeploy,
+    "redeploy_asleep": redeploy_asleep,
+    "redeploy_signal": redeploy_signal,
+    "migrate": migrate,
 }
 
 

@@ -2,7 +2,7 @@
 "use strict";
 (() => {
   const { h, api, fail, say, when, duration, errorLine, badge, copyButton, executionLink, every } = Loom;
-  const STATUSES = ["RUNNING", "SLEEPING", "WAITING", "COMPLETED", "FAILED", "CANCELLED", "COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED"];
+  const STATUSES = ["RUNNING", "SLEEPING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED", "COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED"];
   const COUNT_WINDOW = 500;
   const params = new URLSearchParams(location.search);
   const state = { cursors: [null], page: 0, next: null, steps: {} };

@@ -69,6 +69,14 @@
       h("time", { datetime: s.next_fire || "" }, next));
   }
 
+  // Each deployed version (and any gone one that still has executions: they are BLOCKED).
+  function versions(vs) {
+    if (!vs || !vs.length) return null;
+    return h("p", { class: "versions" }, "versions: ", ...vs.map((v, i) => h("span", {},
+      i ? ", " : "", badge(v.registered ? `v${v.version ?? "?"}` : `v${v.version ?? "?"} not deployed`),
+      ` ${v.open} not ended`)));
+  }
+
   async function load() {
     const data = await api("GET", "/api/workflows");
     const root = document.getElementById("workflows");
@@ -77,6 +85,7 @@
       h("p", { class: "muted" }, `${w.steps.length} steps; default retry: ${retry(w.retry) || "(not reported)"}`,
         " · ", h("a", { href: `/?workflow=${encodeURIComponent(w.name)}` }, "its executions")),
       schedule(w.schedule),
+      versions(w.versions),
       h("ol", { class: "steps", start: 0 }, w.steps.map(stepItem)))));
     if (location.hash) document.getElementById(location.hash.slice(1))?.scrollIntoView();
   }

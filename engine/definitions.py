@@ -1,0 +1,92 @@
+"""The version check: a step runs only on the definition its execution started on.
+
+Every execution records its definition's fingerprint at start (step names, kinds, order;
+``WorkflowSpec.fingerprint``). When a worker or the sweeper finds no registered version with
+that fingerprint (a deploy inserted, removed or reordered steps), running the current index
+would run another step, so the execution is BLOCKED instead (one conditional write, nothing
+run). The sweeper's due index looks at it again every ``blocked_recheck_seconds``: once a
+version with the same shape is registered again, the recheck puts the status back with a
+conditional write and re-drives it. ``engine.control.migrate`` moves it on purpose instead.
+
+Executions without a fingerprint (started before it was recorded) run on the newest version,
+as they always did.
+"""
+
+from __future__ import annotations
+
+from engine import transitions as tr
+from engine.errors import ConflictError
+from engine.messages import MessageKind, StepMessage
+from engine.outbox import execution_log
+from engine.outcome import LinkResult, OutcomeStatus
+from engine.parts import Parts
+from engine.state import Execution, Status, WaitKind
+from engine.workflow import WorkflowSpec
+
+DEFINITION_CHANGED = "definition_changed"
+
+
+def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
+    """The registered definition ``ex`` runs on, None when none has its shape.
+
+    Raises ``UnknownWorkflow`` when no version of the workflow is registered at all (that is
+    a missing workflow, which fails the execution as before, not a changed one).
+    """
+    return parts.registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
+
+
+def block(parts: Parts, ex: Execution) -> LinkResult:
+    """Stop ``ex`` where it is: BLOCKED, reason ``definition_changed``; nothing runs.
+
+    A lost race means someone moved it first (a cancel, another worker's block): that write
+    stands, and this message is stale.
+    """
+    if ex.status not in tr.BLOCKED_FROM:
+        return LinkResult(OutcomeStatus.STALE)
+    now = parts.clock.now()
+    new = tr.blocked_state(ex, now, parts.config, DEFINITION_CHANGED)
+    try:
+        parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    except ConflictError:
+        execution_log(ex).info("execution.block_lost_race")
+        return LinkResult(OutcomeStatus.STALE)
+    registered = [s.version for s in parts.registry.versions(ex.workflow)]
+    execution_log(new).warning(
+        "execution.blocked",
+        reason=DEFINITION_CHANGED,
+        status_before=ex.status.value,
+        fingerprint=ex.fingerprint,
+        workflow_version=ex.workflow_version,
+        registered_versions=registered,
+    )
+    return LinkResult(OutcomeStatus.BLOCKED, effects=tr.Effects(written=new))
+
+
+def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage | None]:
+    """The sweeper's look at a due BLOCKED execution: resume it if its definition is back
+    (True, and the message that re-drives it if it needs one), else push the next look off.
+
+    Raises ``ConflictError`` when another writer moved it first (the sweeper skips it).
+    """
+    spec = spec_for(parts, ex)
+    cfg = parts.config
+    new = tr.still_blocked_state(ex, now, cfg) if spec is None else tr.resumed_state(ex, now, cfg)
+    parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    if spec is None:
+        return False, None
+    execution_log(new).info("execution.resumed", status=new.status.value, workflow_version=spec.version)
+    return True, resume_message(new)
+
+
+def resume_message(ex: Execution) -> StepMessage | None:
+    """What re-drives a resumed execution: a guarded redrive for a step or a compensation, a
+    wake for a sleep, a child's end notice for a child wait (the one that blocked it was taken;
+    the runner reads the child, so a notice for one still running changes nothing); a callback
+    or signal wait needs none (its completion, kept signal or deadline moves it)."""
+    if ex.status in (Status.RUNNING, Status.COMPENSATING):
+        return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
+    if ex.status is Status.SLEEPING:
+        return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.WAKE)
+    if ex.status is Status.WAITING and ex.wait is not None and ex.wait.kind is WaitKind.CHILD:
+        return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.CHILD_DONE)
+    return None
