@@ -23,6 +23,7 @@ from chaos.target import CHAOS_WORKFLOWS, REDEPLOY, TICK, TIME, Target
 from chaos.workflows import REDEPLOY_VERSIONS
 from engine import EngineConfig
 from engine.definitions import DEFINITION_CHANGED
+from engine.state import Execution, Status
 
 NAME = "redeploy"
 FAULT = "a deploy inserts a step before b while an execution sleeps between a and b"
@@ -30,8 +31,8 @@ WORKFLOW = "chaos_redeploy"
 RECHECK = EngineConfig.blocked_recheck_seconds
 
 
-def _blocked(ex: object) -> bool:
-    return getattr(getattr(ex, "status", None), "value", None) == "BLOCKED"
+def _blocked(ex: Execution) -> bool:
+    return ex.status is Status.BLOCKED
 
 
 def _past(t: Target, at: float | None) -> None:

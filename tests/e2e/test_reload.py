@@ -86,3 +86,26 @@ def test_deploy_env_gives_every_function_the_variables_in_fresh_processes(tmp_pa
     finally:
         for pool in stack.pools.values():
             pool.stop()
+
+
+def test_deploy_env_returns_only_when_an_invocation_under_way_has_ended(tmp_path):
+    stack = LocalStack(StackOptions(state_dir=tmp_path))
+    pool = _pool("sleepy")
+    stack.pools, stack._envs = {"Worker": pool}, {"Worker": dict(pool.env)}
+    try:
+        (old,) = pool.pids()
+        results = []
+        began = time.monotonic()
+        busy = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
+        busy.start()
+        deadline = time.monotonic() + 15
+        while not pool._idle.empty():  # wait until the only process is taken
+            assert time.monotonic() < deadline, "the invocation never took the pool's process"
+            time.sleep(0.01)
+        stack.deploy_env({"LOOM_X": "2"})
+        assert time.monotonic() - began >= 1.5, "the deploy returned while the old code still ran"
+        assert old not in pool.pids()
+        busy.join(timeout=30)
+        assert results and results[0].outcome == "ok" and results[0].pid == old
+    finally:
+        pool.stop()
