@@ -21,4 +21,5 @@ SCENARIOS = (
     "fanout_join",
     "composite_saga",
     "schedule_overlap",
+    "redeploy",
 )

@@ -45,6 +45,7 @@ THROTTLE = "throttle"  # a throttling proxy between the functions and the AWS AP
 NEW_STACK = "new_stack"  # start another stack with other settings (heartbeat off)
 CHAOS_WORKFLOWS = "chaos_workflows"  # chaos.workflows loaded by the functions
 PURGE = "purge"  # PurgeQueue is allowed (real SQS: once a minute)
+REDEPLOY = "redeploy"  # deploy the functions again with another environment (LocalStack.deploy_env)
 
 
 class Unsupported(Exception):
@@ -91,6 +92,8 @@ class Target:
             missing[CRASH_HOOK] = "the worker runs with LOOM_CHAOS_CRASH_AFTER_CHECKPOINT=off"
         if "chaos.workflows" not in worker_env.get("LOOM_WORKFLOW_MODULES", ""):
             missing[CHAOS_WORKFLOWS] = "the functions do not load chaos.workflows (LOOM_WORKFLOW_MODULES)"
+        if not hasattr(stack, "deploy_env"):
+            missing[REDEPLOY] = "this stack cannot replace its function processes with another environment"
         # With either emulator the kit's stack runs its functions as local processes: kill by pid.
         offset = info.get("clock_offset_file") or worker_env.get("LOOM_CLOCK_OFFSET_FILE")
         return cls(
@@ -122,6 +125,7 @@ class Target:
             CRASH_HOOK: "unknown whether the running stack's worker has the crash hook on; "
             "start it with LOOM_CHAOS_CRASH_AFTER_CHECKPOINT=on or let the kit start its own",
             CHAOS_WORKFLOWS: "the running stack may not load chaos.workflows",
+            REDEPLOY: "the function processes of a `loom up` stack belong to it; the kit cannot redeploy them",
         }
         offset = info.get("clock_offset_file")
         from loom.local.sigv4 import Principal
@@ -168,6 +172,7 @@ class Target:
             TIME: "the deployed functions read real time only",
             THROTTLE: "a proxy cannot sit between Lambda and the AWS APIs",
             NEW_STACK: "deploy a second stack with LOOM_HEARTBEAT_SECONDS=0 to see the no-heartbeat half",
+            REDEPLOY: "a deploy of the stack is `sam deploy`, left to a human (the kit does not change the stack)",
         }
         docker_kill = False
         if endpoint is None:
@@ -409,6 +414,12 @@ class Target:
             stack.set_sqs_standard_chaos(previous)
             after = stack.sqs_chaos_counts()
             report.update({k: after[k] - before.get(k, 0) for k in after})
+
+    def redeploy(self, env: Mapping[str, str]) -> dict[str, str | None]:
+        """Deploy the functions again with these variables set (every process replaced); what they were."""
+        if not self.can(REDEPLOY):
+            raise Unsupported(self.missing[REDEPLOY])
+        return dict(self.stack.deploy_env(env))
 
     def advance_time(self, seconds: float) -> None:
         if not self.can(TIME):

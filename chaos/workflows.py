@@ -283,3 +283,30 @@ class Approval:
 
     steps = list(OrderApproval.steps)
     retry = RetryPolicy(max_attempts=4, base=0.5, max_delay=2, jitter="none")
+
+
+# ---------------------------------------------------------------- a deploy between two steps
+
+REDEPLOY_VERSIONS = "LOOM_CHAOS_REDEPLOY"
+"""Which versions of ``chaos_redeploy`` a deploy registers ("1", "2" or "1,2"): the redeploy
+scenario "deploys" by setting it on every function and recycling their processes."""
+
+
+class RedeployV1:
+    """a, a sleep only the sweeper wakes (past SQS's 15-minute delay), then b."""
+
+    steps = [_plain("a"), sleep(minutes=20, name="park"), _plain("b")]
+
+
+class RedeployV2:
+    """Version 1 with an audit inserted before b: an execution of version 1 parked at the sleep
+    would run audit where it expects b, so it must block instead."""
+
+    steps = [_plain("a"), sleep(minutes=20, name="park"), _plain("audit"), _plain("b")]
+
+
+# The kit reads the functions' environment here, not in functions/: the knob exists only for
+# the chaos kit, whose deploy is a change of this variable (the default is version 1 alone).
+_REDEPLOY_SHAPES = {1: RedeployV1, 2: RedeployV2}
+for _version in os.environ.get(REDEPLOY_VERSIONS, "1").split(","):
+    workflow("chaos_redeploy", version=int(_version))(_REDEPLOY_SHAPES[int(_version)])

@@ -307,6 +307,19 @@ class FunctionPool:
         for rt in idle:
             self._retire(rt)
 
+    def wait_recycled(self, timeout: float) -> bool:
+        """Wait until no process of an older generation is left (a busy one is replaced when
+        its invocation ends); False if one still ran after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                old = [rt for rt in self._all.values() if rt.generation < self.generation]
+            if not old:
+                return True
+            if time.monotonic() > deadline or self._closed.is_set():
+                return False
+            time.sleep(0.05)
+
     # ------------------------------------------------------------ invoke
 
     def invoke(

@@ -807,6 +807,26 @@ class LocalStack:
             pool.recycle()
         self.write_stack_file()
 
+    def deploy_env(self, values: Mapping[str, str]) -> dict[str, str | None]:
+        """A deploy that changes only the functions' configuration: every function gets these
+        variables and every process is replaced, as a Lambda configuration update replaces its
+        environments (a busy one finishes its invocation first, and the deploy waits for it). The
+        values it had, None where unset."""
+        self._log.info("functions.deploying_env", names=sorted(values))
+        previous = {name: next(iter(self._envs.values()), {}).get(name) for name in values}
+        for logical_id, env in self._envs.items():
+            env.update(values)
+            if logical_id in self.pools:
+                self.pools[logical_id].env.update(values)
+        with ThreadPoolExecutor(max_workers=max(1, len(self.pools))) as ex:
+            list(ex.map(lambda p: p.recycle(), self.pools.values()))
+        # Done when no invocation still runs the old configuration (a sweep under way would
+        # otherwise act on the old definitions after the deploy returned).
+        for pool in self.pools.values():
+            if not pool.wait_recycled(pool.timeout + 5):
+                raise EmulatorError(f"{pool.function}: a process of the old configuration still runs")
+        return previous
+
     def invoke(self, logical_id: str, event: Any) -> Invocation:
         """Invoke one of the stack's functions directly (as ``aws lambda invoke`` would)."""
         return self.pools[logical_id].invoke(event)

@@ -18,7 +18,15 @@ from chaos.scenario import PASS, Result
 
 # Balanced by their durations on the 2-core machine (about 175 s each, loaded).
 GROUPS: tuple[tuple[str, ...], ...] = (
-    ("visibility_timeout", "composite_saga", "poison_step", "callback_race", "lost_timer", "schedule_overlap"),
+    (
+        "visibility_timeout",
+        "composite_saga",
+        "poison_step",
+        "callback_race",
+        "lost_timer",
+        "schedule_overlap",
+        "redeploy",
+    ),
     (
         "crash_after_checkpoint",
         "concurrent_sweep",
@@ -98,6 +106,14 @@ def _schedule_overlap(r: Result) -> None:
     assert all(n >= 2 for n in r.evidence["on_time"]) and all(n <= 1 for n in r.evidence["fired_by_racers"])
 
 
+def _redeploy(r: Result) -> None:
+    assert r.evidence["blocked"]["reason"] == "definition_changed" and r.evidence["blocked"]["from"] == "SLEEPING"
+    # Nothing past a ran while it was blocked, through a recheck; then a and b once each, on v1.
+    assert len(r.evidence["at_block"]["entries"]) == len(r.evidence["at_recheck"]["entries"]) == 1
+    assert r.evidence["runs"] == {"0": 1, "2": 1} and r.evidence["history"] == ["a", "park", "b"]
+    assert r.evidence["dlq"][1] <= r.evidence["dlq"][0]
+
+
 def _lost_timer(r: Result) -> None:
     assert r.evidence["depth_before"]["Delayed"] >= 1 and r.evidence["depth_after"]["Delayed"] == 0
     assert all(-1.0 <= v <= 6.0 for v in r.evidence["lateness"].values())
@@ -169,4 +185,5 @@ CHECKS: dict[str, Callable[[Result], None]] = {
     "fanout_join": _fanout_join,
     "composite_saga": _composite_saga,
     "schedule_overlap": _schedule_overlap,
+    "redeploy": _redeploy,
 }

@@ -11,7 +11,7 @@ from moto import mock_aws
 from chaos import SCENARIOS
 from chaos.runner import run_all
 from chaos.scenario import PASS, SKIP
-from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, KILL, PURGE, TIME, Target
+from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, KILL, PURGE, REDEPLOY, TIME, Target
 
 pytestmark = pytest.mark.chaos
 
@@ -52,6 +52,7 @@ def test_a_default_deployment_skips_every_scenario_that_needs_a_lever_it_lacks()
     assert "WorkflowModules=workflows,chaos.workflows" in reasons["poison_step"]
     assert "proxy" in reasons["throttling"]
     assert "time" in reasons["callback_race"] and "ChaosCrashAfterCheckpoint=on" in reasons["child_crash"]
+    assert "redeploy: a deploy of the stack is `sam deploy`" in reasons["redeploy"]
     assert all(r.passed for r in rows)  # a skip is not a violation: the exit code stays 0
 
 
@@ -61,6 +62,7 @@ def test_a_chaos_deployment_enables_the_hook_and_the_chaos_workflows() -> None:
         target = Target.deployed("loom-dev")
     assert target.can(CRASH_HOOK) and target.can(CHAOS_WORKFLOWS) and not target.can(KILL)
     assert target.why_not(CRASH_HOOK) is None
+    assert not target.can(REDEPLOY)  # the chaos workflows deployed, but the kit never redeploys a stack
 
 
 def test_skip_rows_render_as_skips_not_passes() -> None:

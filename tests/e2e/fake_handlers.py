@@ -28,6 +28,10 @@ def echo(event: Any, context: Any) -> dict[str, Any]:
     }
 
 
+def env_of(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return {"value": os.environ.get(event["name"]), "pid": os.getpid()}
+
+
 def sleepy(event: dict[str, Any], context: Any) -> dict[str, Any]:
     time.sleep(float(event["seconds"]))
     return {"slept": event["seconds"]}

@@ -11,6 +11,7 @@ import pytest
 
 from loom.local.package import FunctionPackage
 from loom.local.pool import FunctionPool
+from loom.local.stack import LocalStack, StackOptions
 
 pytestmark = pytest.mark.e2e
 
@@ -65,5 +66,46 @@ def test_an_invocation_under_way_finishes_on_its_code_then_its_process_is_replac
         nxt = pool.invoke({"seconds": 0})
         assert nxt.outcome == "ok" and nxt.pid != old
         assert pool.pids() == [nxt.pid]
+    finally:
+        pool.stop()
+
+
+def test_deploy_env_gives_every_function_the_variables_in_fresh_processes(tmp_path):
+    # The chaos kit's redeploy: a configuration change reaches every function, on new processes only.
+    stack = LocalStack(StackOptions(state_dir=tmp_path))
+    stack.pools = {name: _pool("env_of") for name in ("Worker", "Sweeper")}
+    stack._envs = {name: dict(pool.env) for name, pool in stack.pools.items()}
+    try:
+        before = {name: pool.invoke({"name": "LOOM_X"}).result for name, pool in stack.pools.items()}
+        assert stack.deploy_env({"LOOM_X": "2"}) == {"LOOM_X": None}
+        after = {name: pool.invoke({"name": "LOOM_X"}).result for name, pool in stack.pools.items()}
+        assert {r["value"] for r in before.values()} == {None} and {r["value"] for r in after.values()} == {"2"}
+        assert all(after[name]["pid"] != before[name]["pid"] for name in stack.pools)
+        assert stack.function_env("Sweeper")["LOOM_X"] == "2"
+        assert stack.deploy_env({"LOOM_X": "1,2"}) == {"LOOM_X": "2"}
+    finally:
+        for pool in stack.pools.values():
+            pool.stop()
+
+
+def test_deploy_env_returns_only_when_an_invocation_under_way_has_ended(tmp_path):
+    stack = LocalStack(StackOptions(state_dir=tmp_path))
+    pool = _pool("sleepy")
+    stack.pools, stack._envs = {"Worker": pool}, {"Worker": dict(pool.env)}
+    try:
+        (old,) = pool.pids()
+        results = []
+        began = time.monotonic()
+        busy = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
+        busy.start()
+        deadline = time.monotonic() + 15
+        while not pool._idle.empty():  # wait until the only process is taken
+            assert time.monotonic() < deadline, "the invocation never took the pool's process"
+            time.sleep(0.01)
+        stack.deploy_env({"LOOM_X": "2"})
+        assert time.monotonic() - began >= 1.5, "the deploy returned while the old code still ran"
+        assert old not in pool.pids()
+        busy.join(timeout=30)
+        assert results and results[0].outcome == "ok" and results[0].pid == old
     finally:
         pool.stop()
