@@ -40,6 +40,11 @@ def _past(t: Target, at: float | None) -> None:
     t.advance_time(max(0.0, (at or 0.0) - t.clock().now()) + 1.0)
 
 
+def _trace(t: Target, eid: str) -> dict[str, list[str]]:
+    """What has run so far: the ledger's keys and the history's step names."""
+    return {"entries": sorted(t.entries(eid)), "history": [h.name for h in t.history(eid)]}
+
+
 def run(t: Target, r: Result) -> None:
     eid = new_id(NAME)
     dlq_before = dlq_depth(t)
@@ -58,13 +63,13 @@ def run(t: Target, r: Result) -> None:
         r.span("fault", "deploy: v2 only", deployed, time.time())
         _past(t, parked.next_wake_at)
         blocked = w.wait([eid], _blocked, timeout=30, what="BLOCKED")[eid]
-        at_block = {"entries": sorted(t.entries(eid)), "history": [h.name for h in t.history(eid)]}
+        at_block = _trace(t, eid)
         # A recheck with only v2 registered: still blocked, its next look pushed off, nothing run.
         _past(t, blocked.next_wake_at)
         rechecked = w.wait(
             [eid], lambda ex: _blocked(ex) and (ex.next_wake_at or 0) > (blocked.next_wake_at or 0), timeout=30
         )[eid]
-        at_recheck = {"entries": sorted(t.entries(eid)), "history": [h.name for h in t.history(eid)]}
+        at_recheck = _trace(t, eid)
         back = time.time()
         t.redeploy({REDEPLOY_VERSIONS: "1,2"})
         deploys.append("1,2")

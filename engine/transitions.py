@@ -398,21 +398,14 @@ def migrated_state(
     ex: Execution, now: float, cfg: EngineConfig, step: int, fingerprint: str, version: int
 ) -> Execution:
     """A BLOCKED (RUNNING) execution moved by ``loom migrate`` onto another definition, at
-    ``step``: a new round of attempts there (numbers never reused), one lease to be re-driven."""
-    return ex.evolve(
-        now,
-        status=Status.RUNNING,
+    ``step``: a new round of attempts there (numbers never reused, as a redrive's), one lease
+    to be re-driven."""
+    return replace(
+        redriven_state(ex, now, cfg),
         blocked=None,
         current_step=step,
         fingerprint=fingerprint,
         workflow_version=version,
-        attempt=ex.attempt + 1,
-        attempt_base=ex.attempt,
-        started_attempt=0,
         attempt_started_at=None,
-        ready_at=None,
-        error=None,
-        wait=None,
-        catching=None,
         next_wake_at=now + cfg.lease_seconds,
     )

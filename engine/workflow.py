@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -495,7 +496,7 @@ class WorkflowSpec:
     # ``@workflow(name, version=2)``: versions of one name stay registered side by side.
     version: int = 1
 
-    @property
+    @cached_property  # read on every message (Registry.of); the spec never changes once built
     def fingerprint(self) -> str:
         """The definition's shape: step names, kinds and order (never the code inside a step).
 
