@@ -56,6 +56,15 @@ class EngineConfig:
     # A BLOCKED execution (engine/definitions.py) is looked at again by the sweeper this often:
     # slow on purpose, one read and one write each time, never a message.
     blocked_recheck_seconds: float = 300.0
+    # How long an ended execution and every item it left stay readable (template.yaml's
+    # RetentionDays; 0 keeps them for ever). The ending write sets the execution's
+    # ``expires_at``; the sweeper stamps the rest once no late write can land (DESIGN.md,
+    # "Retention").
+    retention_seconds: float = 30 * 86400.0
+    # After an execution ends, how long a write of an attempt that was still running may land:
+    # a worker's invocation (its Timeout, at most a lease) and a margin. The sweeper stamps the
+    # execution's other items with its expiry after this, so a late write is stamped too.
+    end_grace_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:
@@ -68,6 +77,8 @@ class EngineConfig:
             raise InvalidInput("sweep_period_seconds must be positive")
         if self.blocked_recheck_seconds <= 0:
             raise InvalidInput("blocked_recheck_seconds must be positive")
+        if self.retention_seconds < 0 or self.end_grace_seconds < 0:
+            raise InvalidInput("retention_seconds and end_grace_seconds must not be negative")
         if self.schedule_grace_seconds < 0:
             raise InvalidInput("schedule_grace_seconds must not be negative")
         if not 0 <= self.record_reserve_fraction < 1:

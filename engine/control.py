@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine import compensation
+from engine import compensation, retention
 from engine import transitions as tr
 from engine.errors import (
     InvalidInput,
@@ -65,7 +65,10 @@ def list_executions(
         raise InvalidInput(f"status must be one of {sorted(Status.__members__)}")
     if not 1 <= limit <= 1000:
         raise InvalidInput("limit must be between 1 and 1000")
-    return parts.store.list_executions(status=status, workflow=workflow, limit=limit, cursor=cursor)
+    page = parts.store.list_executions(status=status, workflow=workflow, limit=limit, cursor=cursor)
+    now = parts.clock.now()
+    # Past retention is gone for readers before TTL deletes it (engine/retention.py).
+    return Page([ex for ex in page.items if not ex.expired(now)], page.cursor)
 
 
 def redrive_failed(parts: Parts, execution_id: str) -> Execution:
@@ -87,6 +90,8 @@ def redrive_failed(parts: Parts, execution_id: str) -> Execution:
         _check_parent_waits(parts, ex)
     new = tr.redriven_state(ex, parts.clock.now(), parts.config)
     parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+    if ex.expires_at is not None:
+        retention.unstamp(parts, new)  # before it runs: no record of a running execution expires
     execution_log(new).info("execution.redriven")
     message = StepMessage(new.id, new.current_step, new.attempt, MessageKind.REDRIVE)
     dispatch(parts, tr.Effects(run_next=message))

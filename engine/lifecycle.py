@@ -100,11 +100,16 @@ def _input_json(input: Any) -> str:
 
 
 def get(parts: Parts, execution_id: str) -> Execution:
-    """Raises ``InvalidExecutionId`` or ``ExecutionNotFound``."""
+    """Raises ``InvalidExecutionId`` or ``ExecutionNotFound`` (also for one past its retention,
+    which DynamoDB's TTL deletes only some time later: engine/retention.py)."""
     check_execution_id(execution_id)
     ex = parts.store.get_execution(execution_id)
     if ex is None:
         raise ExecutionNotFound(f"no execution {execution_id!r}", execution_id=execution_id)
+    if ex.expired(parts.clock.now()):
+        raise ExecutionNotFound(
+            f"no execution {execution_id!r}: it ended and its retention has passed", execution_id=execution_id
+        )
     return ex
 
 

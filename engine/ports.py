@@ -18,6 +18,14 @@ class Page:
     cursor: str | None
 
 
+@dataclass(frozen=True)
+class Stamped:
+    """One ``Store.retain`` call: items written, and whether every item now carries the expiry."""
+
+    written: int
+    finished: bool
+
+
 class Store(Protocol):
     """Conditional persistence.
 
@@ -74,6 +82,11 @@ class Store(Protocol):
     def note_parked(self, count: int, now: float) -> float:
         """Record the dead-letter queue's message count a sweep saw; since when the stored count
         has been ``count`` (``now`` when it changed, or when two sweeps raced to change it)."""
+
+    # retention (engine/retention.py)
+    def retain(self, execution_id: str, expires_at: float | None, limit: int) -> Stamped:
+        """Give each item of the execution but the execution item itself this ``expires_at``
+        (None: none), at most ``limit`` writes; idempotent, so a next call finishes the rest."""
 
     # schedules (engine/schedules.py): one cursor per scheduled workflow
     def schedules(self) -> list[ScheduleCursor]:

@@ -145,6 +145,13 @@ class Execution:
     workflow_version: int | None = None
     # While BLOCKED: {"reason": "definition_changed", "from": <status it left>, "since": <time>}.
     blocked: dict[str, Any] | None = None
+    # Once ended: when retention ends (epoch seconds; DynamoDB TTL deletes it after that, and
+    # readers stop showing it at that time). None while it runs, or with retention off.
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        """Past its retention: gone for every reader, whether or not TTL has deleted it yet."""
+        return self.expires_at is not None and self.expires_at <= now
 
     @property
     def terminal(self) -> bool:

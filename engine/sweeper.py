@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import attempts, definitions, schedules, signals, steps, waits
+from engine import attempts, definitions, retention, schedules, signals, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
@@ -38,6 +38,10 @@ class SweepAction(StrEnum):
     # A BLOCKED execution (engine/definitions.py): looked at again, resumed or still blocked.
     RESUMED = "resumed"
     BLOCKED = "blocked"
+    # An ended execution's items got its expiry (engine/retention.py); RETAINING: some are left
+    # for the next sweep (it stays due).
+    RETAINED = "retained"
+    RETAINING = "retaining"
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class SweepReport:
     skipped: int = 0
     resumed: int = 0
     blocked: int = 0
+    retained: int = 0
     truncated: bool = False
     # Executions (or sends) that hit an error; they stay due and the next sweep retries them.
     errors: int = 0
@@ -67,6 +72,7 @@ class _Tally:
     skipped: int = 0
     resumed: int = 0
     blocked: int = 0
+    retained: int = 0
     errors: int = 0
 
     def count(self, action: SweepAction) -> None:
@@ -76,6 +82,7 @@ class _Tally:
         self.skipped += action is SweepAction.SKIPPED
         self.resumed += action is SweepAction.RESUMED
         self.blocked += action is SweepAction.BLOCKED
+        self.retained += action is SweepAction.RETAINED
 
 
 def sweep(
@@ -300,13 +307,15 @@ def sweep_one(
     if ex is None or ex.next_wake_at is None or ex.next_wake_at > now:
         return SweepAction.SKIPPED, None
     try:
-        if ex.terminal:  # should not be indexed (a child's hold aside); clean it up
+        if ex.terminal:  # its ending write kept it indexed: for retention, or a child's notice
             # The notice its worker may have died before sending (or failed to send). Only a
             # sent one un-indexes it: a child wait has no deadline, nothing else wakes the parent.
             if not notify_parent(parts, ex):
                 raise TransientError(f"the end notice of {ex.id!r} to its parent was not sent")
+            if not retention.stamp(parts, ex):
+                return SweepAction.RETAINING, None  # still due: the next sweep stamps the rest
             _unindex(parts, ex, now)
-            return SweepAction.SKIPPED, None
+            return (SweepAction.RETAINED if ex.expires_at is not None else SweepAction.SKIPPED), None
         if ex.status is Status.BLOCKED:
             resumed, message = definitions.recheck(parts, ex, now)
             if not resumed:

@@ -69,9 +69,7 @@ def after_step(
         "catching": None,
     }
     if nxt >= len(spec.steps):
-        done = ex.evolve(
-            now, status=Status.COMPLETED, current_step=nxt, next_wake_at=terminal_wake(ex, now, cfg), **common
-        )
+        done = ex.evolve(now, status=Status.COMPLETED, current_step=nxt, **ended(ex, now, cfg), **common)
         return done, Effects()
     following = spec.steps[nxt]
     if isinstance(following, SleepSpec):
@@ -142,25 +140,33 @@ def retry_state(ex: Execution, delay: float, now: float, cfg: EngineConfig) -> t
     return new, Effects()
 
 
-def terminal_wake(ex: Execution, now: float, cfg: EngineConfig | None) -> float | None:
-    """None: a terminal execution leaves GSI1. A child stays a little (engine/children.py),
-    so that the sweeper re-sends the notice to its parent if the worker died before sending it."""
-    if ex.parent is None or cfg is None:
-        return None
-    return now + 2 * cfg.lease_seconds
+def ended(ex: Execution, now: float, cfg: EngineConfig) -> dict[str, float | None]:
+    """What every ending write sets besides its status: ``expires_at`` (retention's end), and
+    ``next_wake_at``, the time the sweeper looks at it once more (None: it leaves GSI1).
+
+    It stays in GSI1 for ``end_grace_seconds`` when retention is on: the sweeper then stamps the
+    execution's other items with the same expiry (engine/retention.py), after any write of an
+    attempt still running at the end has landed. A child stays at least two leases, so that the
+    sweeper re-sends the notice to its parent if the worker died before sending it
+    (engine/children.py)."""
+    holds = [cfg.end_grace_seconds] if cfg.retention_seconds > 0 else []
+    if ex.parent is not None:
+        holds.append(2 * cfg.lease_seconds)
+    return {
+        "next_wake_at": now + max(holds) if holds else None,
+        "expires_at": now + cfg.retention_seconds if cfg.retention_seconds > 0 else None,
+    }
 
 
-def failed_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig | None = None) -> Execution:
-    wake = terminal_wake(ex, now, cfg)
+def failed_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(
-        now, status=Status.FAILED, error=error, next_wake_at=wake, ready_at=None, started_attempt=0, wait=None
+        now, status=Status.FAILED, error=error, ready_at=None, started_attempt=0, wait=None, **ended(ex, now, cfg)
     )
 
 
-def cancelled_state(ex: Execution, now: float, cfg: EngineConfig | None = None) -> Execution:
-    wake = terminal_wake(ex, now, cfg)
+def cancelled_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(
-        now, status=Status.CANCELLED, next_wake_at=wake, ready_at=None, started_attempt=0, wait=None, blocked=None
+        now, status=Status.CANCELLED, ready_at=None, started_attempt=0, wait=None, blocked=None, **ended(ex, now, cfg)
     )
 
 
@@ -221,6 +227,7 @@ def redriven_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
         wait=None,
         catching=None,
         next_wake_at=lease(None, now, cfg),
+        expires_at=None,  # running again: kept until it ends again (the redrive unstamps its items)
     )
 
 
@@ -307,9 +314,7 @@ def after_compensation(ex: Execution, spec: WorkflowSpec, now: float, cfg: Engin
     nxt = compensable_below(spec, ex.current_step)
     if nxt is not None:
         return compensating_state(ex, nxt, ex.error or {}, now, cfg)
-    done = ex.evolve(
-        now, status=Status.COMPENSATED, started_attempt=0, ready_at=None, next_wake_at=terminal_wake(ex, now, cfg)
-    )
+    done = ex.evolve(now, status=Status.COMPENSATED, started_attempt=0, ready_at=None, **ended(ex, now, cfg))
     return done, Effects()
 
 
@@ -323,18 +328,15 @@ def compensation_retry_state(ex: Execution, delay: float, now: float, cfg: Engin
     return new, replace(effects, delayed=(replace(message, kind=MessageKind.COMPENSATE), seconds))
 
 
-def compensation_failed_state(
-    ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig | None = None
-) -> Execution:
-    wake = terminal_wake(ex, now, cfg)
+def compensation_failed_state(ex: Execution, error: dict[str, Any], now: float, cfg: EngineConfig) -> Execution:
     return ex.evolve(
         now,
         status=Status.COMPENSATION_FAILED,
         error=error,
-        next_wake_at=wake,
         ready_at=None,
         started_attempt=0,
         wait=None,
+        **ended(ex, now, cfg),
     )
 
 

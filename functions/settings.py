@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
-from engine.errors import ResourceMissing
+from engine.errors import InvalidInput, ResourceMissing
 
 #: Every variable a function reads; a test checks template.yaml sets the required ones.
 REQUIRED = ("LOOM_TABLE_NAME", "LOOM_QUEUE_URL", "LOOM_DLQ_URL")
@@ -17,6 +17,7 @@ OPTIONAL = (
     "LOOM_LOG_LEVEL",
     "LOOM_WORKFLOW_MODULES",
     "LOOM_LEASE_SECONDS",
+    "LOOM_RETENTION_DAYS",
     "LOOM_CHAIN",
     "LOOM_VISIBILITY_TIMEOUT",
     "LOOM_HEARTBEAT_SECONDS",
@@ -30,6 +31,19 @@ OPTIONAL = (
 
 def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _retention(days: str | None) -> float:
+    """LOOM_RETENTION_DAYS (template.yaml's RetentionDays) in seconds; unset: the engine's default."""
+    if days is None or not days.strip():
+        return EngineConfig.retention_seconds
+    try:
+        value = float(days)
+    except ValueError:
+        raise InvalidInput(f"LOOM_RETENTION_DAYS must be a number of days (0: keep for ever), not {days!r}") from None
+    if not 0 <= value <= 3650 or value != value:
+        raise InvalidInput(f"LOOM_RETENTION_DAYS must be between 0 and 3650, not {days!r}")
+    return value * 86400.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class Settings:
     chaos_crash_after_checkpoint: bool = False
     cursor_secret: str = field(default="", repr=False)  # a secret: never in a log line
     clock_offset_file: str | None = None
+    retention_seconds: float = EngineConfig.retention_seconds
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -72,6 +87,7 @@ class Settings:
             chaos_crash_after_checkpoint=_flag(env.get("LOOM_CHAOS_CRASH_AFTER_CHECKPOINT", "off")),
             cursor_secret=env.get("LOOM_CURSOR_SECRET", ""),
             clock_offset_file=env.get("LOOM_CLOCK_OFFSET_FILE") or None,
+            retention_seconds=_retention(env.get("LOOM_RETENTION_DAYS")),
         )
 
     @property
@@ -80,4 +96,9 @@ class Settings:
         return self.chaos_crash_after_checkpoint
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(shards=self.shards, lease_seconds=self.lease_seconds, chain=self.chain)
+        return EngineConfig(
+            shards=self.shards,
+            lease_seconds=self.lease_seconds,
+            chain=self.chain,
+            retention_seconds=self.retention_seconds,
+        )

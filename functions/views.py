@@ -43,7 +43,13 @@ def execution_summary(ex: Execution) -> dict[str, Any]:
         "fingerprint": ex.fingerprint,
         "blocked": None if ex.blocked is None else {**ex.blocked, **_times(since=ex.blocked.get("since"))},
         "error": ex.error,
-        **_times(next_wake_at=ex.next_wake_at, created_at=ex.created_at, updated_at=ex.updated_at),
+        # An ended execution's wake is the engine's own (the retention stamp), not the workflow's.
+        **_times(
+            next_wake_at=None if ex.terminal else ex.next_wake_at,
+            created_at=ex.created_at,
+            updated_at=ex.updated_at,
+            expires_at=ex.expires_at,  # when retention ends and it is gone (engine/retention.py)
+        ),
     }
 
 

@@ -333,6 +333,7 @@ def create_resources(
             ddb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
         except ddb.exceptions.ResourceInUseException:
             pass
+        _enable_ttl(ddb, name, props.get("TimeToLiveSpecification"))
         arn = ddb.describe_table(TableName=name)["Table"]["TableArn"]
         refs[logical_id], refs[f"{logical_id}.Arn"] = name, arn
     # Not created locally (nothing reads CloudWatch Logs here), but the roles' policies name them.
@@ -341,6 +342,19 @@ def create_resources(
         arn = f"arn:aws:logs:{refs['AWS::Region']}:{refs['AWS::AccountId']}:log-group:{name}:*"
         refs[logical_id], refs[f"{logical_id}.Arn"] = name, arn
     return refs
+
+
+def _enable_ttl(ddb: Any, table: str, spec: dict[str, Any] | None) -> None:
+    """The table's TimeToLiveSpecification, as CloudFormation applies it (moto records it and
+    deletes nothing: loom/ttl.py does the deleting locally)."""
+    if not spec or not spec.get("Enabled"):
+        return
+    now = ddb.describe_time_to_live(TableName=table).get("TimeToLiveDescription", {})
+    if now.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
+        return  # set already (a restart): DynamoDB refuses to set it twice
+    ddb.update_time_to_live(
+        TableName=table, TimeToLiveSpecification={"AttributeName": spec["AttributeName"], "Enabled": True}
+    )
 
 
 def _attribute(value: Any) -> str:

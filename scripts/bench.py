@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import moto
 
 from engine import log
-from loom.bench import fanout, local_speed, scenarios, waits
+from loom.bench import fanout, local_speed, scenarios, storage, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render
@@ -54,6 +54,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--html", type=Path, help="also draw the cost per step and the sweeper's cost on one page (SVG)")
     p.add_argument("--from-json", type=Path, help="no run: write the --html page from a saved --json")
     p.add_argument("--waits-only", action="store_true", help="only the waits' costs (loom/bench/waits.py)")
+    p.add_argument(
+        "--storage-only",
+        action="store_true",
+        help="only the storage row: bytes per ended execution of each example, executions a month in 25 GB",
+    )
+    p.add_argument(
+        "--retention-days", type=float, default=30.0, help="the storage row's retention (template: RetentionDays)"
+    )
     p.add_argument("--map-items", type=int, help="only a map's cost per item: one map of this many items")
     p.add_argument("--map-concurrency", type=int, default=50, help="the map's max_concurrency (default 50)")
     p.add_argument(
@@ -88,6 +96,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--executions, --steps and --workers must be at least 1")
     if args.map_items is not None and (args.map_items < 1 or args.map_concurrency < 1):
         p.error("--map-items and --map-concurrency must be at least 1")
+    if not 0 < args.retention_days <= 3650:
+        p.error("--retention-days must be above 0 and at most 3650 (0 keeps for ever: nothing to project)")
     if args.burst < 1 or args.lone < 1:
         p.error("--burst and --lone must be at least 1")
     if any(s < 10 for s in args.sizes):
@@ -298,14 +308,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(scenarios.dumps(measured), encoding="utf-8")
         return 0 if all(c["met"] for c in measured["checks"]) else 1
+    if args.storage_only:
+        log.configure("WARNING")  # each step's lines would bury the table
+        stored = storage.storage(args.retention_days)
+        print(storage.render(stored))
+        if args.json:
+            args.json.write_text(scenarios.dumps(stored), encoding="utf-8")
+        return 0 if not any(r["unstamped"] for r in stored["rows"]) else 1
     if args.map_items is not None:
         return run_map(args)
     result = run(args)
     result["waits"] = waits.wait_costs()
     result["checks"] += result["waits"]["checks"]
+    result["storage"] = storage.storage(args.retention_days)
     result["machine"]["total_seconds"] = round(result["machine"]["total_seconds"], 1)
     print(render(result))
     print("\n" + waits.render(result["waits"]))
+    print("\n" + storage.render(result["storage"]))
     print(f"\ntotal: {result['machine']['total_seconds']} s")
     if args.json:
         args.json.write_text(scenarios.dumps(result), encoding="utf-8")

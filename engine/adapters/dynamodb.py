@@ -9,6 +9,7 @@ from typing import Any
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.adapters.fan_store import FanStore, step_record
+from engine.adapters.retention import EXPIRES, RetentionStore, ttl_value
 from engine.adapters.schedule_store import ScheduleStore
 from engine.adapters.write_token import ALL_OLD, NOT_THIS_WRITE, TOKEN, conditional, new_token
 from engine.config import shard_of
@@ -20,6 +21,8 @@ from engine.state import Attempt, Execution, Signal, Status, StepRecord, StepSta
 # The table's key schema; template.yaml must say the same (a test checks it).
 PK, SK = "PK", "SK"
 META_SK = "#META"
+# An ended execution's expiry (``Execution.expires_at``), kept apart from the TTL attribute.
+RETAIN_UNTIL = "retain_until"
 GSI1, GSI1PK, GSI1SK = "GSI1", "GSI1PK", "GSI1SK"
 GSI2, GSI2PK, GSI2SK = "GSI2", "GSI2PK", "GSI2SK"
 LIST_PARTITION = "EXECUTIONS"
@@ -36,6 +39,7 @@ SUMMARY_ATTRIBUTES = [
     "workflow_version",  # loom workflows counts each version's open executions from the list
     "fingerprint",
     "blocked",
+    RETAIN_UNTIL,  # a listing hides executions past their retention (engine/retention.py)
     "created_at",
     "updated_at",
     "next_wake_at",
@@ -120,7 +124,7 @@ def _json(attr: dict[str, str] | None) -> Any:
     return None if attr is None else json.loads(attr["S"])
 
 
-class DynamoStore(FanStore, ScheduleStore):
+class DynamoStore(FanStore, ScheduleStore, RetentionStore):
     """Implements ``engine.ports.Store`` with a low-level boto3 DynamoDB client."""
 
     def __init__(self, client: Any, table_name: str, shards: int, *, cursor_key: bytes | None = None) -> None:
@@ -176,6 +180,13 @@ class DynamoStore(FanStore, ScheduleStore):
             item["workflow_version"] = _n(ex.workflow_version)
         if ex.blocked is not None:
             item["blocked"] = _s(canonical_json(ex.blocked))
+        if ex.expires_at is not None:
+            item[RETAIN_UNTIL] = _n(ex.expires_at)
+            if ex.next_wake_at is None:
+                # The table's TTL attribute (template.yaml), in whole epoch seconds, only once the
+                # sweeper has stamped every other item and un-indexed it: the execution item is
+                # stamped last, so TTL can never delete it and leave unstamped items behind.
+                item[EXPIRES] = _n(ttl_value(ex.expires_at))
         # The engine's estimates leave room; this is the item as it will really be sent.
         check_item(item_size(item), f"execution {ex.id!r}")
         return item
@@ -205,6 +216,7 @@ class DynamoStore(FanStore, ScheduleStore):
             fingerprint=item["fingerprint"]["S"] if "fingerprint" in item else None,
             workflow_version=int(item["workflow_version"]["N"]) if "workflow_version" in item else None,
             blocked=_json(item.get("blocked")),
+            expires_at=_num(item.get(RETAIN_UNTIL) or item.get(EXPIRES)),
         )
 
     @staticmethod

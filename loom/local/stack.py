@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import IO, Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from engine.log import get_logger
 from loom import stackfile
@@ -57,6 +58,7 @@ from loom.local.sigv4 import Principal, new_principal
 from loom.local.standard_queue import StandardQueueChaos
 from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
+from loom.ttl import Reaper, ttl_attribute
 
 DEFAULT_PORT = 5230  # not LocalStack's 4566: both can run side by side
 DEFAULT_API_PORT = 5231
@@ -204,6 +206,8 @@ class LocalStack:
         self._http: FunctionUrlServer | None = None
         self.console: Any = None  # loom.console.server.ConsoleServer when options.console_port is set
         self._sweeper_thread: threading.Thread | None = None
+        self._ttl_thread: threading.Thread | None = None
+        self._reapers: list[Reaper] = []
         self.sweeper_async: AsyncInvoker | None = None
         self.concurrency: dict[str, concurrency.ConcurrencyPlan] = {}
         self._stopping = threading.Event()
@@ -288,6 +292,7 @@ class LocalStack:
         self._start_pools()
         self.started_at = time.time()
         self._start_triggers()
+        self._start_ttl()
         self._start_console()
         self.write_stack_file()
         if opts.write_stack_file:
@@ -362,6 +367,8 @@ class LocalStack:
             self._esm.join()
         if self._sweeper_thread is not None:
             self._sweeper_thread.join(timeout=5)
+        if self._ttl_thread is not None:
+            self._ttl_thread.join(timeout=5)
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join(timeout=5)
         if self.sweeper_async is not None:
@@ -610,6 +617,29 @@ class LocalStack:
                 target=self._sweep_forever, args=(logical_id,), name="sweeper-schedule", daemon=True
             )
             self._sweeper_thread.start()
+
+    def _start_ttl(self) -> None:
+        """DynamoDB's TTL, which moto lacks (loom/ttl.py): on the functions' clock, once a minute
+        and after every clock jump, so that `loom time advance 31d` shows retention at work."""
+        ddb = self._session.client("dynamodb")
+        self._reapers = [
+            Reaper(ddb, name, ttl_attribute(ddb, name), self._function_clock)
+            for name in (self.refs[lid] for lid in self.template.of_type("AWS::DynamoDB::Table"))
+        ]
+        if any(r.attribute for r in self._reapers):
+            self._ttl_thread = threading.Thread(target=self._reap_forever, name="ttl", daemon=True)
+            self._ttl_thread.start()
+
+    def _reap_forever(self) -> None:
+        while not self._stopping.wait(CLOCK_POLL_SECONDS):
+            for reaper in self._reapers:
+                try:
+                    deleted = reaper.maybe_reap()
+                except (BotoCoreError, ClientError) as exc:  # the emulator's answer: the next round retries
+                    self._log.warning("ttl.failed", table=reaper.table, error=str(exc)[:300])
+                    continue
+                if deleted:
+                    self._log.info("ttl.deleted", table=reaper.table, items=deleted)
 
     def _url_auth(self, logical_id: str) -> UrlAuth:
         props = self.template.resources[logical_id].get("Properties", {})

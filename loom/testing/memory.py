@@ -16,7 +16,7 @@ from engine.errors import ConflictError, InvalidInput
 from engine.history_rules import commit_refused_by, failure_refused_by
 from engine.join import JoinRecord
 from engine.limits import check_item, utf8_len
-from engine.ports import Page
+from engine.ports import Page, Stamped
 from engine.state import Attempt, Execution, ScheduleCursor, Signal, Status, StepRecord, StepStatus, canonical_json
 
 
@@ -32,6 +32,7 @@ class InMemoryStore:
         self._items: dict[tuple[str, int, int], StepRecord] = {}
         self._parked_mark: tuple[int, float] | None = None
         self._schedules: dict[str, ScheduleCursor] = {}
+        self._stamps: dict[str, float] = {}
         self.writes = 0
 
     # executions
@@ -218,6 +219,40 @@ class InMemoryStore:
         del self._schedules[workflow]
         self.writes += 1
 
+    # retention (engine/retention.py): one expiry per execution stands for its items' stamps
+    def retain(self, execution_id: str, expires_at: float | None, limit: int) -> Stamped:
+        kept = self._stamps.get(execution_id)
+        if kept == expires_at:
+            return Stamped(0, finished=True)
+        items = self._items_of(execution_id)
+        if expires_at is None:
+            self._stamps.pop(execution_id, None)
+        else:
+            self._stamps[execution_id] = expires_at
+        self.writes += len(items)
+        return Stamped(len(items), finished=True)
+
+    def _items_of(self, execution_id: str) -> list[tuple[Any, ...]]:
+        keys: list[tuple[Any, ...]] = [k for k in self._steps if k[0] == execution_id]
+        keys += [k for k in self._signals if k[0] == execution_id]
+        keys += [k for k in self._joins if k[0] == execution_id]
+        keys += [k for k in self._items if k[0] == execution_id]
+        return keys
+
+    def reap(self, now: float) -> int:
+        """Delete what DynamoDB's TTL would have by ``now``: expired executions, and the items of
+        executions whose stamps expired (a stamp outlives nothing: both are the same time)."""
+        gone = [eid for eid, ex in self._executions.items() if ex.expired(now)]
+        gone += [eid for eid, at in self._stamps.items() if at <= now and eid not in gone]
+        for eid in gone:
+            self._executions.pop(eid, None)
+            self._stamps.pop(eid, None)
+            tables: list[dict[Any, Any]] = [self._steps, self._signals, self._joins, self._items]
+            for table in tables:
+                for key in [k for k in table if k[0] == eid]:
+                    del table[key]
+        return len(gone)
+
     # queries
     def note_parked(self, count: int, now: float) -> float:
         if self._parked_mark is None or self._parked_mark[0] != count:
@@ -243,7 +278,9 @@ class InMemoryStore:
         times = [
             ex.next_wake_at
             for ex in self._executions.values()
-            if ex.next_wake_at is not None and (skip_waits or ex.status not in (Status.WAITING, Status.BLOCKED))
+            if ex.next_wake_at is not None
+            and (skip_waits or ex.status not in (Status.WAITING, Status.BLOCKED))
+            and not (ex.terminal and ex.parent is None)  # its retention stamp: nothing runs
         ]
         return min(times) if times else None
 

@@ -10,13 +10,14 @@ import os
 from contextlib import ExitStack
 from typing import Any
 
+from engine.adapters.dynamodb import DynamoStore
 from engine.ports import Store
+from loom.ttl import reap
 
 
 def moto_store(resources: ExitStack, shards: int) -> Store:
     import boto3
 
-    from engine.adapters.dynamodb import DynamoStore
     from loom.testing.moto_resources import moto_kept, template_resources
 
     # moto needs credentials to sign with; these never leave the process.
@@ -30,21 +31,30 @@ def moto_store(resources: ExitStack, shards: int) -> Store:
     return DynamoStore(session.client("dynamodb"), refs["Table"], shards)
 
 
+def reap_expired(store: Store, now: float) -> int:
+    """DynamoDB's TTL on the moto table, which keeps expired items for ever (loom/ttl.py)."""
+    assert isinstance(store, DynamoStore)
+    return reap(store._db, store._table, "expires_at", now)
+
+
 FAR_FUTURE = 1e12  # a date no wake time reaches (year 33658), and a number DynamoDB accepts
 
 
 def earliest_wake(store: Store, shards: int, *, skip_waits: bool = True) -> float | None:
-    """The earliest wake time in the due index, read the way the sweeper reads it
-    (without ``skip_waits``, WAITING executions' timeouts and BLOCKED ones' rechecks do not count)."""
+    """The earliest wake time in the due index, read the way the sweeper reads it (without
+    ``skip_waits``, WAITING executions' timeouts and BLOCKED ones' rechecks do not count; an
+    ended execution's retention stamp never does: nothing of the workflow runs then)."""
     found: list[float] = []
     for shard in range(shards):
-        ids, _ = store.due(shard, FAR_FUTURE, 1 if skip_waits else 100, None)
+        ids, _ = store.due(shard, FAR_FUTURE, 100, None)
         for execution_id in ids:
             ex = store.get_execution(execution_id)
             if (
                 ex is not None
                 and ex.next_wake_at is not None
                 and (skip_waits or ex.status.value not in ("WAITING", "BLOCKED"))
+                and not (ex.terminal and ex.parent is None)
             ):
                 found.append(ex.next_wake_at)
+                break  # the index is in wake order: the first that counts is the shard's earliest
     return min(found) if found else None

@@ -185,7 +185,20 @@ class WorkflowTest:
         """
         self.engine.create_missing_schedules()  # a cursor made after the jump would start there
         self.clock.advance(seconds)
-        return self.engine.sweep()
+        report = self.engine.sweep()
+        self.expire()
+        return report
+
+    def expire(self) -> int:
+        """Delete what DynamoDB's TTL would have deleted by now (``advance`` calls it): an
+        execution past its retention, and every item it left (engine/retention.py)."""
+        reap = getattr(self.store, "reap", None)
+        if reap is not None:
+            deleted: int = reap(self.clock.now())
+            return deleted
+        from loom.testing.moto_backend import reap_expired
+
+        return reap_expired(self.store, self.clock.now())
 
     def next_fires(self) -> dict[str, float | None]:
         """Each scheduled workflow's next fire time on the virtual clock."""

@@ -152,6 +152,7 @@ def test_a_completed_execution_shows_its_output(fn: Functions) -> None:
     status, body = fn.api("GET", "/executions/done")
     assert status == 200 and body["status"] == "COMPLETED"
     assert body["next_wake_at"] is None and body["current_step_name"] is None
+    assert body["expires_at_epoch"] == pytest.approx(body["updated_at_epoch"] + 30 * 86400)
     assert body["output"]["n"] == 1 and body["output"]["stage_9_key"] == "done:9"
 
 

@@ -99,7 +99,7 @@ def test_giving_up_fails_the_execution_and_parks_it_in_the_dlq(rig, aws):
     rig.engine.start("always", {}, execution_id="bad")
     rig.driver.pump()
     ex = rig.engine.get("bad")
-    assert ex.status is Status.FAILED and ex.next_wake_at is None
+    assert ex.status is Status.FAILED and ex.next_wake_at == ex.updated_at + rig.engine.config.end_grace_seconds
     assert ex.error["type"] == "Flaky" and ex.error["reason"] == "max_attempts" and ex.error["attempt"] == 4
     (record,) = rig.engine.history("bad")
     assert record.status is StepStatus.FAILED and [a.attempt for a in record.attempts] == [1, 2, 3, 4]

@@ -33,7 +33,8 @@ def test_happy_path_completes_with_one_result_per_step(rig, rec):
     batches = rig.driver.pump()
     assert batches == 3  # one message per step when not chaining
     ex = rig.engine.get("o1")
-    assert ex.status is Status.COMPLETED and ex.next_wake_at is None and ex.current_step == 3
+    assert ex.status is Status.COMPLETED and ex.current_step == 3
+    assert ex.next_wake_at == ex.updated_at + 120  # due once more: the sweeper stamps its items for retention
     assert ex.context == {
         "order_id": "o1",
         "reservation": "r-o1",
@@ -122,7 +123,7 @@ def test_a_wake_message_that_arrives_early_is_sent_back_and_a_lost_one_is_woken_
 def test_cancel_running_stops_the_next_step(rig, rec):
     rig.engine.start("order", {"order_id": "x"}, execution_id="cx")
     ex = rig.engine.cancel("cx")
-    assert ex.status is Status.CANCELLED and ex.next_wake_at is None
+    assert ex.status is Status.CANCELLED and ex.expires_at is not None
     rig.driver.pump()
     assert rec.count("cx") == 0
     assert rig.status("cx") == "CANCELLED"
@@ -148,7 +149,9 @@ def test_cancel_sleeping_and_the_sweeper_leaves_it_alone(rig, rec):
     rig.driver.pump()
     rig.engine.cancel("zz")
     rig.clock.advance(7200)
-    assert rig.engine.sweep().due == 0, "a cancelled execution leaves the due index"
+    report = rig.engine.sweep()
+    assert (report.due, report.retained, report.woken) == (1, 1, 0), "its retention stamp, never its sleep's end"
+    assert rig.engine.sweep().due == 0, "then a cancelled execution leaves the due index"
     rig.driver.pump()
     assert rig.status("zz") == "CANCELLED" and rec.count("zz") == 1
 

@@ -13,11 +13,19 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, Status, StepMessage, step
+from engine import EngineConfig, NonRetryableError, Registry, RetryPolicy, Status, StepMessage, step
 from engine.log import configure
 from engine.messages import MessageKind
 from engine.state import AttemptOutcome
-from tests.integration.engine_support import LostAnswers, Recorder, Rig, WriteKind, add_workflow, dead_letters
+from tests.integration.engine_support import (
+    LostAnswers,
+    Recorder,
+    Rig,
+    WriteKind,
+    add_workflow,
+    build_rig,
+    dead_letters,
+)
 from tests.logs import json_lines
 
 pytestmark = pytest.mark.integration
@@ -61,6 +69,13 @@ def logs() -> io.StringIO:
     stream = io.StringIO()
     configure("INFO", stream)
     return stream
+
+
+@pytest.fixture
+def rig(aws, make_engine, clock, reg) -> Rig:
+    # Retention off: the calm and the lossy run share the table and the clock, and a sweep in the
+    # second would stamp the first for retention (test_retention.py and test_write_sites.py own that).
+    return build_rig(aws, make_engine, clock, reg, config=EngineConfig(retention_seconds=0))
 
 
 def settle(rig: Rig, execution_id: str) -> None:

@@ -16,6 +16,7 @@ conditional writes are what the invariants are about.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -656,7 +657,12 @@ class EngineMachine(RuleBasedStateMachine):
             elif ex.status is Status.COMPENSATING:
                 assert ex.next_wake_at is not None and ex.error is not None, f"{execution_id} COMPENSATING: {ex}"
             else:
-                assert ex.next_wake_at is None
+                # Ended: its expiry set, and due only for the sweep that stamps it (and a child's notice).
+                assert ex.expires_at == pytest.approx(ex.updated_at + CONFIG.retention_seconds) or (
+                    ex.next_wake_at is None and ex.expires_at is not None
+                ), f"{execution_id} ended without its expiry: {ex}"
+                hold = max(CONFIG.end_grace_seconds, 2 * CONFIG.lease_seconds)
+                assert ex.next_wake_at is None or ex.next_wake_at <= ex.updated_at + hold, f"{execution_id}: {ex}"
                 first = self.first_terminal.setdefault(execution_id, ex.status)
                 assert ex.status is first, f"{execution_id} went from {first} to {ex.status}"
             if ex.wait is not None and ex.wait.checkpoint is not None and ex.current_step == 0:
@@ -687,6 +693,7 @@ class EngineMachine(RuleBasedStateMachine):
         try:
             self._drive_to_quiescence()
             self._check_final()
+            self._check_retention()
         finally:
             self.mock.__exit__(None, None, None)
 
@@ -774,6 +781,19 @@ class EngineMachine(RuleBasedStateMachine):
             if ex.status in (Status.FAILED, Status.COMPENSATION_FAILED):
                 assert any(d.get("execution_id") == execution_id for d in self.queue.dead), "failed but not in DLQ"
             self._check_signals(execution_id, ex)
+
+    def _check_retention(self) -> None:
+        """Past the grace, one sweep stamps every item each ended execution left (its children's,
+        fan-out items' and signals' included) with the execution's own expiry, and un-indexes it."""
+        self.clock.advance(max(CONFIG.end_grace_seconds, 2 * CONFIG.lease_seconds) + 1)
+        self.engine.sweep()
+        table = self.store.inner._table
+        items = self.store.inner._db.scan(TableName=table, ConsistentRead=True)["Items"]
+        for ex in [self.store.inner.get_execution(i) for i in self.ids]:
+            assert ex.next_wake_at is None and ex.expires_at is not None, ex
+            want = str(math.ceil(ex.expires_at))
+            mine = [i for i in items if i["PK"]["S"] in (f"EXEC#{ex.id}",) or i["PK"]["S"].startswith(f"FAN#{ex.id}#")]
+            assert mine and all(i.get("expires_at", {}).get("N") == want for i in mine), (ex.id, mine)
 
     def _check_compensations(self, execution_id: str, ex: Any, spec: Any) -> None:
         """Reverse order, committed steps (and fan-out items) only, each commit undone once (and

@@ -101,6 +101,9 @@ KINDS: dict[str, str] = {
     "DynamoStore.put_execution <- sweeper._unindex <- sweeper.sweep_one": "composite",
     "DynamoStore.put_execution <- sweeper.sweep_one <- sweeper._sweep_guarded": "lost_message",
     "DynamoStore.put_schedule <- schedules._start <- schedules.carry_out": "schedules",
+    # Retention (engine/retention.py): a stamp after the end's grace, and its removal by a redrive.
+    "DynamoStore.retain <- retention.stamp <- sweeper.sweep_one": "redrive",
+    "DynamoStore.retain <- retention.unstamp <- control.redrive_failed": "redrive",
     "DynamoStore.put_schedule <- schedules.carry_out <- schedules.create_missing": "schedules",
     "DynamoStore.put_schedule <- schedules.carry_out <- schedules.fire_due": "schedules",
     "DynamoStore.put_signal <- signals.send <- runtime.Engine.signal": "approval",

@@ -44,10 +44,11 @@ STORE_WRITES = frozenset(
         "fail_item",
         "put_schedule",
         "delete_schedule",
+        "retain",
     }
 )
 LEDGER_WRITE = "DynamoLedger.apply"
-STORE_PARTS = frozenset({"FanStore", "ScheduleStore"})  # mixed into DynamoStore
+STORE_PARTS = frozenset({"FanStore", "ScheduleStore", "RetentionStore"})  # mixed into DynamoStore
 
 
 def is_conditional(operation: str, params: dict[str, Any]) -> bool:
@@ -86,7 +87,7 @@ def site_of(frame: FrameType | None) -> str:
 
 
 def _as_store(method: str) -> str:
-    """FanStore and ScheduleStore are parts of DynamoStore: a site names the store the engine holds."""
+    """FanStore, ScheduleStore and RetentionStore are parts of DynamoStore: a site names the store the engine holds."""
     owner, _, name = method.rpartition(".")
     return f"DynamoStore.{name}" if owner in STORE_PARTS else method
 

@@ -310,6 +310,8 @@ def composite(data: dict[str, Any]) -> Callable[[WorkflowTest, World, str], None
 def redrive(t: WorkflowTest, world: World, eid: str) -> None:
     t.start("mend", {}, execution_id=eid)
     assert t.run(eid).status.value == "FAILED"  # type: ignore[union-attr]
+    t.clock.advance(t.config.end_grace_seconds + 1)
+    t.engine.sweep()  # stamps its items for retention; the redrive takes the stamps off
     t.engine.redrive_failed(eid)
     t.run(eid)
 

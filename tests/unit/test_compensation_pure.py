@@ -68,7 +68,8 @@ def test_compensating_then_next_then_compensated():
     nxt, effects = tr.after_compensation(new, SPEC, 101.0, CFG)
     assert (nxt.status, nxt.current_step, nxt.error) == (Status.COMPENSATING, 0, cause)
     done, effects = tr.after_compensation(nxt, SPEC, 102.0, CFG)
-    assert done.status is Status.COMPENSATED and done.terminal and done.next_wake_at is None
+    assert done.status is Status.COMPENSATED and done.terminal
+    assert (done.next_wake_at, done.expires_at) == (102.0 + CFG.end_grace_seconds, 102.0 + CFG.retention_seconds)
     assert effects.run_next is None
 
 
@@ -77,7 +78,7 @@ def test_a_compensation_retry_stays_compensating_and_sends_a_compensate_message(
     retried, effects = tr.compensation_retry_state(new, 5.0, 100.0, CFG)
     assert retried.status is Status.COMPENSATING and retried.attempt == 2
     assert effects.delayed == (StepMessage("e", 2, 2, MessageKind.COMPENSATE), 5)
-    failed = tr.compensation_failed_state(retried, {"type": "X"}, 110.0)
+    failed = tr.compensation_failed_state(retried, {"type": "X"}, 110.0, CFG)
     assert failed.status is Status.COMPENSATION_FAILED and failed.terminal
 
 

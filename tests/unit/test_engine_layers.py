@@ -52,7 +52,9 @@ LAYERS: dict[str, int] = {
         ["transitions", "verdicts", "outcome", "dead_letters", "parts", "fan_results", "schedule_plan", "poll_plan"], 1
     ),
     # L2: the kernel every primitive shares
-    **dict.fromkeys(["outbox", "escalation", "attempts", "parking", "lifecycle", "fan_items", "definitions"], 2),
+    **dict.fromkeys(
+        ["outbox", "escalation", "attempts", "parking", "lifecycle", "fan_items", "definitions", "retention"], 2
+    ),
     # L3: the primitives (grouped below)
     **dict.fromkeys(
         [

@@ -92,9 +92,10 @@ def test_after_step_into_a_long_sleep_leaves_it_to_the_sweeper():
     assert effects == tr.Effects()
 
 
-def test_after_the_last_step_the_execution_completes_and_leaves_the_due_index():
+def test_after_the_last_step_the_execution_completes_with_its_expiry_and_a_last_sweep_due():
     new, effects = tr.after_step(execution(current_step=5), SPEC, {"done": 1}, NOW, CFG)
-    assert new.status is Status.COMPLETED and new.next_wake_at is None and new.current_step == 6
+    assert new.status is Status.COMPLETED and new.current_step == 6
+    assert (new.next_wake_at, new.expires_at) == (NOW + 120, NOW + 30 * 86400)
     assert effects == tr.Effects()
 
 
@@ -117,12 +118,29 @@ def test_retry_over_900_seconds_waits_for_the_sweeper():
     assert effects == tr.Effects()
 
 
-def test_failed_and_cancelled_are_terminal_and_unindexed():
-    failed = tr.failed_state(execution(started_attempt=1, ready_at=NOW), {"type": "Boom"}, NOW)
+def test_failed_and_cancelled_are_terminal_and_stay_indexed_for_the_retention_stamp():
+    failed = tr.failed_state(execution(started_attempt=1, ready_at=NOW), {"type": "Boom"}, NOW, CFG)
     assert failed.status is Status.FAILED and failed.terminal and failed.error == {"type": "Boom"}
-    assert (failed.next_wake_at, failed.ready_at, failed.started_attempt, failed.version) == (None, None, 0, 4)
-    cancelled = tr.cancelled_state(execution(status=Status.SLEEPING), NOW)
-    assert cancelled.status is Status.CANCELLED and cancelled.next_wake_at is None and cancelled.version == 4
+    assert (failed.ready_at, failed.started_attempt, failed.version) == (None, 0, 4)
+    assert failed.next_wake_at == NOW + CFG.end_grace_seconds
+    assert failed.expires_at == NOW + CFG.retention_seconds
+    cancelled = tr.cancelled_state(execution(status=Status.SLEEPING), NOW, CFG)
+    assert cancelled.status is Status.CANCELLED and cancelled.version == 4
+    assert (cancelled.next_wake_at, cancelled.expires_at) == (NOW + 120, NOW + 30 * 86400)
+
+
+def test_with_retention_off_an_ended_execution_leaves_the_due_index_and_never_expires():
+    keep = EngineConfig(lease_seconds=100, retention_seconds=0)
+    failed = tr.failed_state(execution(), {"type": "Boom"}, NOW, keep)
+    assert (failed.next_wake_at, failed.expires_at) == (None, None)
+    child = tr.cancelled_state(execution(parent={"id": "p", "step": 0, "attempt": 1}), NOW, keep)
+    assert (child.next_wake_at, child.expires_at) == (NOW + 200, None)  # its notice's backstop only
+
+
+def test_a_redrive_clears_the_expiry_of_an_ended_execution():
+    failed = tr.failed_state(execution(), {"type": "Boom"}, NOW, CFG)
+    again = tr.redriven_state(failed, NOW + 5, CFG)
+    assert again.status is Status.RUNNING and again.expires_at is None and not again.expired(NOW + 10**9)
 
 
 def test_started_state_marks_the_attempt_and_keeps_or_refreshes_the_lease():
