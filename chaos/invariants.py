@@ -198,7 +198,11 @@ def check_ledger(
 
 def check_not_stuck(ex: Execution, now: float, tolerance: float) -> list[str]:
     if ex.terminal:
-        return [f"terminal {ex.status.value} but still in the due index"] if ex.next_wake_at is not None else []
+        # Ended, it stays due only for the sweep that stamps it for retention (engine/retention.py).
+        if ex.next_wake_at is not None and ex.next_wake_at + tolerance < now:
+            late = now - ex.next_wake_at
+            return [f"terminal {ex.status.value} but still in the due index {late:.1f}s after its last sweep was due"]
+        return []
     if ex.next_wake_at is None:
         return [f"{ex.status.value} with no wake time: nothing would ever drive it again"]
     if ex.next_wake_at + tolerance < now:

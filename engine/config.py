@@ -61,10 +61,13 @@ class EngineConfig:
     # ``expires_at``; the sweeper stamps the rest once no late write can land (DESIGN.md,
     # "Retention").
     retention_seconds: float = 30 * 86400.0
-    # After an execution ends, how long a write of an attempt that was still running may land:
-    # a worker's invocation (its Timeout, at most a lease) and a margin. The sweeper stamps the
-    # execution's other items with its expiry after this, so a late write is stamped too.
-    end_grace_seconds: float = 120.0
+
+    @property
+    def end_grace_seconds(self) -> float:
+        """After an execution ends, how long a write of an attempt that was still running may land:
+        the worker's invocation (its Timeout, at most a lease) and as much again. The sweeper stamps
+        the execution's other items with its expiry after this, so a late write is stamped too."""
+        return 2 * self.lease_seconds
 
     def __post_init__(self) -> None:
         if self.shards < 1 or self.shards > 1000:
@@ -77,8 +80,8 @@ class EngineConfig:
             raise InvalidInput("sweep_period_seconds must be positive")
         if self.blocked_recheck_seconds <= 0:
             raise InvalidInput("blocked_recheck_seconds must be positive")
-        if self.retention_seconds < 0 or self.end_grace_seconds < 0:
-            raise InvalidInput("retention_seconds and end_grace_seconds must not be negative")
+        if self.retention_seconds < 0:
+            raise InvalidInput("retention_seconds must not be negative (0 keeps ended executions for ever)")
         if self.schedule_grace_seconds < 0:
             raise InvalidInput("schedule_grace_seconds must not be negative")
         if not 0 <= self.record_reserve_fraction < 1:

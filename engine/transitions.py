@@ -144,16 +144,14 @@ def ended(ex: Execution, now: float, cfg: EngineConfig) -> dict[str, float | Non
     """What every ending write sets besides its status: ``expires_at`` (retention's end), and
     ``next_wake_at``, the time the sweeper looks at it once more (None: it leaves GSI1).
 
-    It stays in GSI1 for ``end_grace_seconds`` when retention is on: the sweeper then stamps the
-    execution's other items with the same expiry (engine/retention.py), after any write of an
-    attempt still running at the end has landed. A child stays at least two leases, so that the
-    sweeper re-sends the notice to its parent if the worker died before sending it
-    (engine/children.py)."""
-    holds = [cfg.end_grace_seconds] if cfg.retention_seconds > 0 else []
-    if ex.parent is not None:
-        holds.append(2 * cfg.lease_seconds)
+    It stays in GSI1 for ``end_grace_seconds`` (two leases) when retention is on: the sweeper then
+    stamps the execution's other items with the same expiry (engine/retention.py), after any write
+    of an attempt still running at the end has landed. A child stays as long whatever the
+    retention, so that the sweeper re-sends the notice to its parent if the worker died before
+    sending it (engine/children.py)."""
+    held = cfg.retention_seconds > 0 or ex.parent is not None
     return {
-        "next_wake_at": now + max(holds) if holds else None,
+        "next_wake_at": now + cfg.end_grace_seconds if held else None,
         "expires_at": now + cfg.retention_seconds if cfg.retention_seconds > 0 else None,
     }
 

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(scenarios.dumps(measured), encoding="utf-8")
         return 0 if all(c["met"] for c in measured["checks"]) else 1
     if args.storage_only:
-        log.configure("WARNING")  # each step's lines would bury the table
+        log.configure("ERROR")  # each step's lines (a saga's warnings too) would bury the table
         stored = storage.storage(args.retention_days)
         print(storage.render(stored))
         if args.json:

@@ -178,6 +178,7 @@ EXECUTION_FIELDS = [
     ("created_at", "created"),
     ("updated_at", "updated"),
     ("next_wake_at", "next wake"),
+    ("expires_at", "expires"),  # retention's end: then it is gone (DESIGN.md, "Retention")
     ("error", "error"),
     ("input", "input"),
     ("output", "output"),

@@ -157,11 +157,13 @@ def test_effects_without_a_run_or_beyond_the_execution_are_violations() -> None:
     assert any("beyond the execution" in v for v in report.violations)
 
 
-def test_terminal_in_the_due_index_or_running_without_a_wake_time_is_stuck() -> None:
+def test_terminal_in_the_due_index_past_its_last_sweep_or_running_without_a_wake_time_is_stuck() -> None:
     history = [done(i, ok()) for i in range(3)]
     due = Execution(EID, "w", Status.COMPLETED, 3, 4, {"x": 1}, completed_execution().context, 0.0, 1.0, 9.0)
-    report = check_execution(due, history, ledger(), [], Expect())
-    assert report.violations == ["terminal COMPLETED but still in the due index"]
+    # Due for its retention stamp: fine until that sweep is overdue.
+    assert check_execution(due, history, ledger(), [], Expect(), now=12.0).violations == []
+    report = check_execution(due, history, ledger(), [], Expect(), now=20.0)
+    assert report.violations == ["terminal COMPLETED but still in the due index 11.0s after its last sweep was due"]
     orphan = Execution(EID, "w", Status.RUNNING, 0, 1, {"x": 1}, {"x": 1}, 0.0, 1.0, next_wake_at=None)
     report = check_execution(orphan, [], {}, [], Expect(status="RUNNING"))
     assert any("nothing would ever drive it again" in v for v in report.violations)

@@ -112,6 +112,8 @@ def test_start_status_history_list_cancel_on_the_local_stack(
     code, out, _ = loom(capsys, "status", "cli-1")
     assert code == 0
     assert "status:" in out and "COMPLETED" in out and '"stage_9_key": "cli-1:9"' in out
+    expires = next(line for line in out.splitlines() if line.startswith("expires:"))
+    assert expires.split(":", 1)[1].strip() not in ("", "-", "None")  # when retention ends and it is gone
     code, out, _ = loom(capsys, "status", "cli-1", "--json")
     body = json.loads(out)
     assert body["status"] == "COMPLETED" and body["output"]["n"] == 1

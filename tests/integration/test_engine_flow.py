@@ -34,7 +34,8 @@ def test_happy_path_completes_with_one_result_per_step(rig, rec):
     assert batches == 3  # one message per step when not chaining
     ex = rig.engine.get("o1")
     assert ex.status is Status.COMPLETED and ex.current_step == 3
-    assert ex.next_wake_at == ex.updated_at + 120  # due once more: the sweeper stamps its items for retention
+    # Due once more: the sweeper stamps its items for retention.
+    assert ex.next_wake_at == ex.updated_at + 2 * rig.engine.config.lease_seconds
     assert ex.context == {
         "order_id": "o1",
         "reservation": "r-o1",

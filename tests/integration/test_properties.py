@@ -661,7 +661,7 @@ class EngineMachine(RuleBasedStateMachine):
                 assert ex.expires_at == pytest.approx(ex.updated_at + CONFIG.retention_seconds) or (
                     ex.next_wake_at is None and ex.expires_at is not None
                 ), f"{execution_id} ended without its expiry: {ex}"
-                hold = max(CONFIG.end_grace_seconds, 2 * CONFIG.lease_seconds)
+                hold = CONFIG.end_grace_seconds
                 assert ex.next_wake_at is None or ex.next_wake_at <= ex.updated_at + hold, f"{execution_id}: {ex}"
                 first = self.first_terminal.setdefault(execution_id, ex.status)
                 assert ex.status is first, f"{execution_id} went from {first} to {ex.status}"
@@ -785,7 +785,7 @@ class EngineMachine(RuleBasedStateMachine):
     def _check_retention(self) -> None:
         """Past the grace, one sweep stamps every item each ended execution left (its children's,
         fan-out items' and signals' included) with the execution's own expiry, and un-indexes it."""
-        self.clock.advance(max(CONFIG.end_grace_seconds, 2 * CONFIG.lease_seconds) + 1)
+        self.clock.advance(CONFIG.end_grace_seconds + 1)
         self.engine.sweep()
         table = self.store.inner._table
         items = self.store.inner._db.scan(TableName=table, ConsistentRead=True)["Items"]

@@ -13,7 +13,7 @@ from engine.fanout_spec import map
 from engine.retention import stamp
 from engine.sweeper import SweepAction, sweep_one
 from engine.workflow import wait_for_signal
-from loom.ttl import reap
+from loom.ttl import Reaper, reap, ttl_attribute
 from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,9 @@ def test_every_item_of_an_ended_execution_gets_its_expiry_after_the_grace_and_th
 
     rig.clock.advance(CFG.end_grace_seconds - 1)
     rig.engine.sweep()  # not due yet: nothing stamped
-    assert [i for i in _of(rig, "f1") if "expires_at" in i] == [i for i in _of(rig, "f1") if i["SK"]["S"] == "#META"]
+    # Not even the execution item carries the TTL attribute yet: it is stamped last, so TTL can
+    # never delete it and leave the rest unstamped.
+    assert not any("expires_at" in i for i in _of(rig, "f1"))
 
     rig.clock.advance(2)
     report = rig.engine.sweep()
@@ -99,8 +101,8 @@ def test_a_sweep_that_stops_half_way_leaves_it_due_and_the_next_one_finishes_wit
     ex = rig.engine.get("f2")
     parts = rig.engine
     assert stamp(parts, ex, limit=3) is False  # a sweep that ran out of writes (or died here)
-    assert sum("expires_at" in i for i in _of(rig, "f2")) == 1 + 3
-    left = len(_of(rig, "f2")) - 4
+    assert sum("expires_at" in i for i in _of(rig, "f2")) == 3  # the execution item not among them
+    left = len(_of(rig, "f2")) - 3
     assert rig.engine.get("f2").next_wake_at is not None  # still due
     action, _ = sweep_one(parts, "f2", rig.clock.now())
     assert action is SweepAction.RETAINED
@@ -159,3 +161,16 @@ def test_with_retention_off_nothing_expires_and_an_ended_execution_leaves_the_du
     ended = rig.engine.get("k1")
     assert ended.next_wake_at is None and ended.expires_at is None
     assert not any("expires_at" in i for i in _of(rig, "k1"))
+
+
+def test_the_kits_ttl_deletes_only_what_has_expired_and_only_on_a_table_with_ttl_on(aws):
+    ddb, table = aws["dynamodb"], aws["Table"]
+    assert ttl_attribute(ddb, table) == "expires_at"  # template.yaml's TimeToLiveSpecification, applied
+    for i, at in enumerate([100, 200, None]):
+        item = {"PK": {"S": f"T#{i}"}, "SK": {"S": "x"}}
+        ddb.put_item(TableName=table, Item=item | ({} if at is None else {"expires_at": {"N": str(at)}}))
+    assert reap(ddb, table, "expires_at", 150) == 1
+    left = sorted(i["PK"]["S"] for i in ddb.scan(TableName=table)["Items"] if i["PK"]["S"].startswith("T#"))
+    assert left == ["T#1", "T#2"]
+    reaper = Reaper(ddb, table, ttl_attribute(ddb, table), clock=lambda: 250.0)
+    assert reaper.maybe_reap() == 1 and reaper.maybe_reap() == 0  # once a period

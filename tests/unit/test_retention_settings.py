@@ -23,8 +23,7 @@ def test_a_retention_that_is_not_a_number_of_days_is_refused_by_name(bad):
         Settings.from_env({**BASE, "LOOM_RETENTION_DAYS": bad})
 
 
-def test_the_engine_refuses_a_negative_retention_or_grace():
+def test_the_engine_refuses_a_negative_retention_and_its_grace_is_two_leases():
     with pytest.raises(InvalidInput, match="retention_seconds"):
         EngineConfig(retention_seconds=-1)
-    with pytest.raises(InvalidInput, match="end_grace_seconds"):
-        EngineConfig(end_grace_seconds=-5)
+    assert EngineConfig(lease_seconds=8).end_grace_seconds == 16

@@ -95,7 +95,7 @@ def test_after_step_into_a_long_sleep_leaves_it_to_the_sweeper():
 def test_after_the_last_step_the_execution_completes_with_its_expiry_and_a_last_sweep_due():
     new, effects = tr.after_step(execution(current_step=5), SPEC, {"done": 1}, NOW, CFG)
     assert new.status is Status.COMPLETED and new.current_step == 6
-    assert (new.next_wake_at, new.expires_at) == (NOW + 120, NOW + 30 * 86400)
+    assert (new.next_wake_at, new.expires_at) == (NOW + 200, NOW + 30 * 86400)
     assert effects == tr.Effects()
 
 
@@ -126,7 +126,7 @@ def test_failed_and_cancelled_are_terminal_and_stay_indexed_for_the_retention_st
     assert failed.expires_at == NOW + CFG.retention_seconds
     cancelled = tr.cancelled_state(execution(status=Status.SLEEPING), NOW, CFG)
     assert cancelled.status is Status.CANCELLED and cancelled.version == 4
-    assert (cancelled.next_wake_at, cancelled.expires_at) == (NOW + 120, NOW + 30 * 86400)
+    assert (cancelled.next_wake_at, cancelled.expires_at) == (NOW + 200, NOW + 30 * 86400)
 
 
 def test_with_retention_off_an_ended_execution_leaves_the_due_index_and_never_expires():

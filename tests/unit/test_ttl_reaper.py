@@ -1,0 +1,32 @@
+"""When the kit's TTL looks (loom/ttl.py): once a period, and after a clock jump at once and
+again a little later, for the sweep the jump fired to have stamped what ended."""
+
+from __future__ import annotations
+
+from loom.ttl import AFTER_JUMP_SECONDS, Reaper
+
+
+def reaper() -> Reaper:
+    return Reaper(ddb=None, table="t", attribute="expires_at", clock=lambda: 0.0, period=60.0)
+
+
+def test_the_first_look_is_at_once_then_once_a_period():
+    r = reaper()
+    assert r.due(wall=0.0, offset=0.0)
+    r._last = (0.0, 0.0)
+    assert not r.due(wall=59.0, offset=0.0)
+    assert r.due(wall=60.0, offset=0.0)
+
+
+def test_a_clock_jump_looks_at_once_and_once_more_after_the_sweep_it_fired():
+    r = reaper()
+    r._last = (0.0, 0.0)
+    assert r.due(wall=1.0, offset=31 * 86400.0)  # `loom time advance 31d`
+    r._last, r._again_at = (1.0, 31 * 86400.0), 1.0 + AFTER_JUMP_SECONDS
+    assert not r.due(wall=2.0, offset=31 * 86400.0)
+    assert r.due(wall=1.0 + AFTER_JUMP_SECONDS, offset=31 * 86400.0)
+
+
+def test_a_table_without_ttl_is_never_reaped():
+    r = Reaper(ddb=None, table="t", attribute=None, clock=lambda: 0.0)
+    assert r.reap_now() == 0 and r.maybe_reap() == 0
