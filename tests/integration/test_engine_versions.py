@@ -10,8 +10,9 @@ import pytest
 
 from engine import Registry, callbacks, step, workflow
 from engine.errors import CompensationNotDeployed, ExecutionBlocked, WaitEnded
+from engine.messages import StepMessage
 from engine.state import Status, StepStatus
-from engine.workflow import wait_for_callback
+from engine.workflow import child, wait_for_callback
 from functions import wiring
 from loom.testing import WorkflowTest
 from tests.integration.api_support import Functions, call
@@ -233,3 +234,35 @@ def test_on_dynamodb_a_compensating_cancel_of_a_blocked_execution_is_refused_unt
         assert undoing.status is Status.COMPENSATING and undoing.blocked is None
         done = test.run(eid)
         assert done is not None and done.status is Status.COMPENSATED and RAN == ["reserve"]
+
+
+def test_a_resumed_child_wait_whose_redrive_is_lost_is_re_driven_after_a_lease() -> None:
+    """The parent blocked on its child's end notice (taken): it resumes RUNNING with a lease,
+    not WAITING on a notice that no longer comes, so even its lost redrive does not strand it."""
+    with WorkflowTest(backend="moto") as test:
+
+        def family(*first: str) -> Registry:
+            reg = Registry()
+            workflow("kid", registry=reg)(type("Kid", (), {"steps": steps("pick")}))
+            workflow("parent", registry=reg)(type("P", (), {"steps": [*steps(*first), child("kid"), *steps("after")]}))
+            return reg
+
+        test.deploy(family())
+        eid = test.start("parent")
+        while (queued := test.queue.receive()) is not None:  # run the parent and its kid, not the notice
+            test.engine.handle(StepMessage.decode(queued.body))
+            test.queue.delete(queued)
+            if test.execution(eid).status is Status.WAITING and RAN == ["pick"]:
+                break
+        test.deploy(family("audit"))
+        blocked = test.run(eid)
+        assert blocked is not None and blocked.status is Status.BLOCKED and blocked.blocked["from"] == "WAITING"  # type: ignore[index]
+        test.deploy(family())
+        assert test.advance(test.config.blocked_recheck_seconds).resumed == 1
+        resumed = test.execution(eid)
+        assert resumed.status is Status.RUNNING and resumed.next_wake_at == test.clock.now() + test.config.lease_seconds
+        while (queued := test.queue.receive()) is not None:
+            test.queue.delete(queued)  # the redrive is lost
+        test.advance(test.config.lease_seconds)
+        done = test.run(eid)
+        assert done is not None and done.status is Status.COMPLETED and RAN == ["pick", "after"]
