@@ -6,7 +6,9 @@ compensate) undoes the committed steps: reverse order, committed steps only, onc
 and the composites, where these meet: a map whose items are undone, a child, a callback, an
 undoable step and a caught one (``composite_undone``: the catch fails too, so the saga unwinds
 past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them;
-and a caught signal wait (``signal_caught``).
+and a caught signal wait (``signal_caught``); and deploys that change a workflow's shape under
+its executions (``redeploy``, ``redeploy_under_a_wait``) and bring it back (``restore``): nothing
+runs on the changed shape, and the resume ends everything as before.
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
