@@ -10,6 +10,12 @@ Protocol (DESIGN.md, "Waits"), for step i, attempt a:
 4. completion (API): commit the history record of (i, a) with the token's and the body's
    hashes (the commit point: first wins), then advance and send the next message.
 
+A completion for an execution whose definition this deployment lacks (BLOCKED, or about to
+be) is kept: a success is committed at once (the commit point needs only the wait's name,
+which the execution holds) and answered 202 ``kept``; the advance waits for the resume
+(``finish_kept``). A failure is refused, retryable (``ExecutionBlocked``): what it leads to
+is the missing definition's retry policy, and the history records an attempt once.
+
 A token is ``lcb1.<execution id>.<step>.<attempt>.<secret>``: the secret is 144 random bits
 and only its sha256 is stored; logs carry ``token_hash[:12]``, never the token.
 """
@@ -24,7 +30,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from engine import attempts
+from engine import attempts, definitions
 from engine import transitions as tr
 from engine.attempts import context_for
 from engine.error_report import error_info
@@ -32,6 +38,7 @@ from engine.errors import (
     CallbackFailed,
     CallbackNotFound,
     ConflictError,
+    ExecutionBlocked,
     InvalidInput,
     MalformedToken,
     PayloadTooLarge,
@@ -44,7 +51,7 @@ from engine.limits import check_execution_id
 from engine.log import get_logger
 from engine.outbox import dispatch, execution_log
 from engine.outcome import LinkResult, OutcomeStatus
-from engine.parking import finish, finish_committed, park
+from engine.parking import committed, finish, finish_committed, park
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, Wait, WaitKind, canonical_json
@@ -52,6 +59,8 @@ from engine.verdicts import GuardVerdict, check_guard
 from engine.workflow import CallbackSpec, WorkflowSpec
 
 TOKEN_PREFIX = "lcb1"
+# Where a callback's wait is live: submit running (marked), or parked.
+LIVE = (Status.RUNNING, Status.WAITING)
 SECRET_BYTES = 18  # 144 random bits
 _TOKEN_RE = re.compile(r"^lcb1\.([A-Za-z0-9_-]{1,128})\.(\d{1,3})\.(\d{1,6})\.([A-Za-z0-9_-]{24})$")
 
@@ -64,6 +73,7 @@ class Action(StrEnum):
 
 class CompletionVerdict(StrEnum):
     ACCEPT = "accept"  # the token is the current wait's: write the completion
+    KEEP = "keep"  # ... of a BLOCKED execution: commit it, the resume moves it on
     ENDED = "ended"  # the token names an attempt the execution has left: a repeat or a 409
     UNKNOWN = "unknown"  # no such wait was ever issued (or the secret does not match): 404
 
@@ -89,6 +99,8 @@ class Completion:
     attempt: int
     action: Action
     repeat: bool
+    # The execution is BLOCKED: the completion is committed and applies when it resumes (202).
+    kept: bool = False
 
 
 def issue(execution_id: str, step: int, attempt: int) -> tuple[str, str]:
@@ -114,9 +126,11 @@ def redacted(token_hash: str | None) -> str | None:
 def check_completion(ex: Execution, tok: Token) -> CompletionVerdict:
     """Pure: what a completion carrying ``tok`` means for ``ex`` as read."""
     w = ex.wait
-    if ex.waits_at(tok.step, tok.attempt, WaitKind.CALLBACK) and ex.status in (Status.RUNNING, Status.WAITING):
+    if ex.waits_at(tok.step, tok.attempt, WaitKind.CALLBACK) and ex.status in (*LIVE, Status.BLOCKED):
         assert w is not None and w.token_hash is not None
-        return CompletionVerdict.ACCEPT if hmac.compare_digest(w.token_hash, tok.hash) else CompletionVerdict.UNKNOWN
+        if not hmac.compare_digest(w.token_hash, tok.hash):
+            return CompletionVerdict.UNKNOWN
+        return CompletionVerdict.KEEP if ex.status is Status.BLOCKED else CompletionVerdict.ACCEPT
     if ex.terminal or (tok.step, tok.attempt) < (ex.current_step, ex.attempt):
         return CompletionVerdict.ENDED
     return CompletionVerdict.UNKNOWN
@@ -204,24 +218,30 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
     """Succeed, fail or heartbeat the wait ``text`` belongs to. Every check runs before any write.
 
     Raises ``MalformedToken``/``InvalidInput`` (400), ``PayloadTooLarge`` (413),
-    ``CallbackNotFound`` (404), ``WaitEnded`` (409: completed otherwise, timed out, superseded).
+    ``CallbackNotFound`` (404), ``WaitEnded`` (409: completed otherwise, timed out, superseded),
+    ``ExecutionBlocked`` (409, retry later: a failure while its definition is not deployed).
     """
     tok = parse(text)
     _check_body(action, body)
     ex = parts.store.get_execution(tok.execution_id)
-    st, spec = _callback_step(parts, ex, tok)
-    assert ex is not None
+    if ex is None:
+        raise CallbackNotFound("no wait is waiting for this callback token")
     digest = body_hash(action, body)
     log = get_logger(execution_id=ex.id, step=tok.step, attempt=tok.attempt).bind(
         token_hash=redacted(tok.hash), action=action.value
     )
     verdict = check_completion(ex, tok)
+    found = _spec(parts, ex)
+    if found is None or verdict is CompletionVerdict.KEEP:
+        # BLOCKED even if its definition is back: the recheck resumes it, and the kept commit then.
+        return _while_blocked(parts, ex, tok, verdict, action, body, digest, log)
+    st, spec = _callback_step(found, tok)
     if verdict is CompletionVerdict.UNKNOWN:
         raise CallbackNotFound("no wait is waiting for this callback token")
     if verdict is CompletionVerdict.ENDED:
-        return _repeat(parts, ex, spec, st, tok, action, digest, log)
+        return _repeat(parts, ex, st.name, tok, action, digest, log, spec)
     if action is Action.HEARTBEAT:
-        return _heartbeat(parts, ex, st, tok, log)
+        return _heartbeat(parts, ex, tok, log)
     if action is Action.SUCCEED:
         return _succeed(parts, ex, spec, st, tok, body.get("result"), digest, log)
     return _fail(parts, ex, spec, st, tok, body["error"], digest, log)
@@ -252,13 +272,15 @@ def _check_body(action: Action, body: Any) -> None:
         raise InvalidInput('\'error\' must be {"type": string, "message": string}')
 
 
-def _callback_step(parts: Parts, ex: Execution | None, tok: Token) -> tuple[CallbackSpec, WorkflowSpec]:
-    if ex is None:
-        raise CallbackNotFound("no wait is waiting for this callback token")
+def _spec(parts: Parts, ex: Execution) -> WorkflowSpec | None:
+    """The definition ``ex`` runs on; None when none has its shape (a 404 when none at all)."""
     try:
-        spec = parts.registry.of(ex)
+        return definitions.spec_for(parts, ex)
     except UnknownWorkflow:
         raise CallbackNotFound("no wait is waiting for this callback token") from None
+
+
+def _callback_step(spec: WorkflowSpec, tok: Token) -> tuple[CallbackSpec, WorkflowSpec]:
     st = spec.steps[tok.step] if tok.step < len(spec.steps) else None
     if not isinstance(st, CallbackSpec):
         raise CallbackNotFound("no wait is waiting for this callback token")
@@ -286,7 +308,7 @@ def _succeed(
     try:
         parts.store.commit_step(ex.id, tok.step, st.name, attempt, stored)
     except ConflictError:
-        return _repeat(parts, ex, spec, st, tok, Action.SUCCEED, digest, log)
+        return _repeat(parts, ex, st.name, tok, Action.SUCCEED, digest, log, spec)
     log.info("callback.completed")
     _advance(parts, ex, spec, st, stored)
     return Completion(ex.id, tok.step, tok.attempt, Action.SUCCEED, repeat=False)
@@ -328,30 +350,114 @@ def _fail(
     return Completion(ex.id, tok.step, tok.attempt, Action.FAIL, repeat=repeat)
 
 
-def _heartbeat(parts: Parts, ex: Execution, st: CallbackSpec, tok: Token, log: Any) -> Completion:
+def _heartbeat(parts: Parts, ex: Execution, tok: Token, log: Any) -> Completion:
     w = ex.wait
     assert w is not None
-    if ex.status is not Status.WAITING or w.heartbeat_timeout is None:
+    blocked = ex.status is Status.BLOCKED
+    parked = ex.status is Status.WAITING or (blocked and (ex.blocked or {}).get("from") == Status.WAITING.value)
+    if not parked or w.heartbeat_timeout is None:
         # submit is still running (the heartbeat clock starts at WAITING), or none is configured.
-        return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=True)
+        return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=True, kept=blocked)
     now = parts.clock.now()
     if heartbeat_refused(ex, now):
         log.info("callback.heartbeat_late")
         raise WaitEnded("the wait has timed out: the heartbeat came after its deadline")
     pushed = replace(w, heartbeat_deadline=now + w.heartbeat_timeout)
+    # While BLOCKED the due index holds the recheck; the resume puts the wait's own deadline back.
+    wake = ex.next_wake_at if blocked else pushed.wake_at()
     try:
         parts.store.put_execution(
-            ex.evolve(now, wait=pushed, next_wake_at=pushed.wake_at()),
-            expected_version=ex.version,
-            expected_step=ex.current_step,
+            ex.evolve(now, wait=pushed, next_wake_at=wake), expected_version=ex.version, expected_step=ex.current_step
         )
     except ConflictError:
         fresh = parts.store.get_execution(ex.id)
-        if fresh is None or check_completion(fresh, tok) is not CompletionVerdict.ACCEPT:
+        live = (CompletionVerdict.ACCEPT, CompletionVerdict.KEEP)
+        if fresh is None or check_completion(fresh, tok) not in live:
             raise WaitEnded("the wait ended while the heartbeat was written") from None
-        return _heartbeat(parts, fresh, st, tok, log)
-    log.info("callback.heartbeat", heartbeat_deadline=pushed.heartbeat_deadline)
-    return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=False)
+        return _heartbeat(parts, fresh, tok, log)
+    log.info("callback.heartbeat", heartbeat_deadline=pushed.heartbeat_deadline, blocked=blocked)
+    return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=False, kept=blocked)
+
+
+def _while_blocked(
+    parts: Parts,
+    ex: Execution,
+    tok: Token,
+    verdict: CompletionVerdict,
+    action: Action,
+    body: Any,
+    digest: str,
+    log: Any,
+) -> Completion:
+    """No registered definition has ``ex``'s shape (it is BLOCKED, or is blocked here: its
+    advance needs the definition). A success for its live wait is committed and kept for the
+    resume; a heartbeat pushes the wait's deadline; a failure is refused, to be sent again."""
+    if verdict is CompletionVerdict.UNKNOWN:
+        raise CallbackNotFound("no wait is waiting for this callback token")
+    if verdict is CompletionVerdict.ENDED:
+        name = _recorded_name(parts, ex, tok.step)
+        if name is None:
+            raise WaitEnded("the wait has already ended (completed, timed out, failed or superseded by a retry)")
+        return _repeat(parts, ex, name, tok, action, digest, log, None)
+    if action is Action.HEARTBEAT:
+        return _heartbeat(parts, ex, tok, log)
+    if action is Action.FAIL:
+        if ex.status is not Status.BLOCKED:
+            definitions.block(parts, ex)
+        wait = parts.config.blocked_recheck_seconds
+        log.info("callback.fail_refused_blocked", retry_after=wait)
+        raise ExecutionBlocked(
+            f"execution {ex.id!r} is BLOCKED (its workflow's definition is not deployed): what a failure "
+            f"leads to is that definition's retry policy; send it again once it resumes (retry in {wait:g} s)",
+            retry_after=wait,
+        )
+    return _keep(parts, ex, tok, body.get("result"), digest, log)
+
+
+def _keep(parts: Parts, ex: Execution, tok: Token, result: Any, digest: str, log: Any) -> Completion:
+    """Commit a success for the wait of an execution whose definition is not deployed: the
+    record needs only the wait's name (the execution holds it), and the timeout cannot be
+    recorded meanwhile (it needs the definition), so first wins as ever. Then BLOCKED."""
+    assert ex.wait is not None
+    try:
+        stored = attempts.check_result(ex, result)
+    except ResultTooLarge as exc:
+        raise PayloadTooLarge(f"the callback's result is too large: {exc}") from exc
+    detail = {"token": tok.hash, "body": digest}
+    attempt = Attempt(tok.attempt, _started(ex), parts.clock.now(), AttemptOutcome.COMPLETED, detail=detail)
+    try:
+        parts.store.commit_step(ex.id, tok.step, ex.wait.name, attempt, stored)
+    except ConflictError:
+        done = _repeat(parts, ex, ex.wait.name, tok, Action.SUCCEED, digest, log, None)
+    else:
+        log.info("callback.kept")
+        done = Completion(ex.id, tok.step, tok.attempt, Action.SUCCEED, repeat=False)
+    kept = ex.status is Status.BLOCKED or definitions.block(parts, ex).status is OutcomeStatus.BLOCKED
+    return replace(done, kept=done.kept or kept)
+
+
+def _recorded_name(parts: Parts, ex: Execution, index: int) -> str | None:
+    """The name of step ``index`` as its history recorded it (no definition to read it from)."""
+    return next((r.name for r in parts.store.history(ex.id) if r.index == index and "#" not in r.name), None)
+
+
+def finish_kept(parts: Parts, execution_id: str) -> bool:
+    """A resumed execution whose callback wait a completion committed while it was BLOCKED
+    moves on with that result (the sweeper calls it after the resume; its recheck left the
+    wait due at once, so ``waits.expire`` rolls it forward if this never runs)."""
+    ex = parts.store.get_execution(execution_id)
+    if ex is None or ex.status is not Status.WAITING or ex.wait is None or ex.wait.kind is not WaitKind.CALLBACK:
+        return False
+    spec = definitions.spec_for(parts, ex)
+    st = spec.steps[ex.current_step] if spec is not None and ex.current_step < len(spec.steps) else None
+    if spec is None or not isinstance(st, CallbackSpec):
+        return False
+    record = parts.store.get_step(ex.id, ex.current_step, st.name)
+    if record is None or not committed(record, ex.attempt):
+        return False
+    execution_log(ex).info("callback.kept_applied", step_name=st.name)
+    _advance(parts, ex, spec, st, record.result)
+    return True
 
 
 def _attempt(record: StepRecord | None, number: int) -> Attempt | None:
@@ -363,16 +469,17 @@ def _attempt(record: StepRecord | None, number: int) -> Attempt | None:
 def _repeat(
     parts: Parts,
     ex: Execution,
-    spec: WorkflowSpec,
-    st: CallbackSpec,
+    name: str,
     tok: Token,
     action: Action,
     digest: str,
     log: Any,
+    spec: WorkflowSpec | None,
 ) -> Completion:
     """The wait's attempt is decided: the same completion again is a 200 that changes nothing
-    (and finishes an advance a crash cut short); anything else is a 409."""
-    record = parts.store.get_step(ex.id, tok.step, st.name)
+    (and finishes an advance a crash cut short, when ``spec``, the definition, is deployed);
+    anything else is a 409."""
+    record = parts.store.get_step(ex.id, tok.step, name)
     mine = _attempt(record, tok.attempt)
     detail = (mine.detail or {}) if mine is not None else {}
     if mine is not None and detail.get("token") is not None and not hmac.compare_digest(detail["token"], tok.hash):
@@ -383,16 +490,13 @@ def _repeat(
         raise WaitEnded("the wait has already ended (completed, timed out, failed or superseded by a retry)")
     assert record is not None
     fresh = parts.store.get_execution(ex.id) or ex
-    if (
-        action is Action.SUCCEED
-        and fresh.current_step == tok.step
-        and fresh.attempt == tok.attempt
-        and not fresh.terminal
-    ):
+    here = fresh.current_step == tok.step and fresh.attempt == tok.attempt and not fresh.terminal
+    kept = here and fresh.status is Status.BLOCKED
+    if action is Action.SUCCEED and here and not kept and spec is not None:
         log.info("callback.roll_forward")
-        _advance(parts, fresh, spec, st, record.result)
-    log.info("callback.repeat")
-    return Completion(ex.id, tok.step, tok.attempt, action, repeat=True)
+        _advance(parts, fresh, spec, _callback_step(spec, tok)[0], record.result)
+    log.info("callback.repeat", kept=kept)
+    return Completion(ex.id, tok.step, tok.attempt, action, repeat=True, kept=kept)
 
 
 __all__ = ["Action", "Completion", "CompletionVerdict", "Token", "check_completion", "complete", "issue", "parse"]

@@ -14,13 +14,15 @@ as they always did.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine import transitions as tr
 from engine.errors import ConflictError
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
-from engine.state import Execution, Status, WaitKind
+from engine.state import Execution, Status, StepStatus, WaitKind
 from engine.workflow import WorkflowSpec
 
 DEFINITION_CHANGED = "definition_changed"
@@ -70,7 +72,7 @@ def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage 
     """
     spec = spec_for(parts, ex)
     cfg = parts.config
-    new = tr.still_blocked_state(ex, now, cfg) if spec is None else tr.resumed_state(ex, now, cfg)
+    new = tr.still_blocked_state(ex, now, cfg) if spec is None else _resumed(parts, ex, now)
     parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     if spec is None:
         return False, None
@@ -78,15 +80,35 @@ def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage 
     return True, resume_message(new)
 
 
+def _resumed(parts: Parts, ex: Execution, now: float) -> Execution:
+    """``resumed_state``, but what only a message would move is given a wake of its own.
+
+    A child wait has no deadline, and the child's end notice was taken while it was blocked: it
+    resumes RUNNING at its step with one lease (``children.begin`` finds the child, ended or
+    not, and parks again), so a lost redrive is re-driven, not stranded. A callback wait that a
+    completion committed while blocked is due at once: ``waits.expire`` rolls a committed wait
+    forward, so a sweeper that dies before ``callbacks.finish_kept`` leaves it to the next sweep.
+    """
+    new = tr.resumed_state(ex, now, parts.config)
+    w = ex.wait
+    if new.status is not Status.WAITING or w is None:
+        return new
+    if w.kind is WaitKind.CHILD:
+        return replace(new, status=Status.RUNNING, wait=None, next_wake_at=now + parts.config.lease_seconds)
+    if w.kind is not WaitKind.CALLBACK:
+        return new
+    record = parts.store.get_step(ex.id, ex.current_step, w.name)
+    if record is None or record.status is not StepStatus.COMPLETED:
+        return new
+    return replace(new, next_wake_at=now)
+
+
 def resume_message(ex: Execution) -> StepMessage | None:
-    """What re-drives a resumed execution: a guarded redrive for a step or a compensation, a
-    wake for a sleep, a child's end notice for a child wait (the one that blocked it was taken;
-    the runner reads the child, so a notice for one still running changes nothing); a callback
-    or signal wait needs none (its completion, kept signal or deadline moves it)."""
+    """What re-drives a resumed execution: a guarded redrive for a step, a compensation or a
+    child wait (resumed RUNNING: ``_resumed``), a wake for a sleep; a callback or signal wait
+    needs none (its completion, kept completion or signal, or its deadline moves it)."""
     if ex.status in (Status.RUNNING, Status.COMPENSATING):
         return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
     if ex.status is Status.SLEEPING:
         return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.WAKE)
-    if ex.status is Status.WAITING and ex.wait is not None and ex.wait.kind is WaitKind.CHILD:
-        return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.CHILD_DONE)
     return None

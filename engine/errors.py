@@ -101,6 +101,23 @@ class DefinitionChanged(LoomError):
     code = "definition_changed"
 
 
+class CompensationNotDeployed(DefinitionChanged):
+    """A cancel with compensate of an execution whose definition this deployment lacks: its
+    compensations are that definition's code, so none can run. Deploy that version again (it
+    resumes, and the cancel can undo then), migrate it (one blocked at a step), or cancel
+    without compensate (nothing is undone). Nothing is written."""
+
+    code = "compensation_not_deployed"
+
+
+class ExecutionBlocked(DefinitionChanged):
+    """A callback failure (or another request the definition must decide) for an execution
+    that is BLOCKED: retry it after ``retry_after`` seconds, once the execution has resumed.
+    Nothing is written."""
+
+    code = "execution_blocked"
+
+
 class ExecutionNotFound(LoomError):
     """No execution with this id."""
 

@@ -15,6 +15,7 @@ from typing import Any
 from engine import transitions as tr
 from engine.errors import (
     AlreadyTerminal,
+    CompensationNotDeployed,
     ConflictError,
     ExecutionAlreadyExists,
     ExecutionNotFound,
@@ -161,8 +162,22 @@ def first_to_undo(parts: Parts, ex: Execution) -> int | None:
     The current step may be running right now. A final failure recorded for its current
     attempt fences it (FAILED_IS_FINAL refuses that run's late commit); if the record is
     COMPLETED instead, the step committed and is undone too.
+
+    Raises ``CompensationNotDeployed`` when no registered definition has the execution's
+    shape (it is BLOCKED, or will be): the undo is that definition's code (nothing written).
     """
-    spec = parts.registry.of(ex)
+    spec = parts.registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
+    if spec is None:
+        raise CompensationNotDeployed(
+            f"execution {ex.id!r} ({ex.status.value}) cannot be cancelled with compensate: its compensations "
+            f"belong to the definition it started on (workflow {ex.workflow!r} version {ex.workflow_version}), "
+            "which this deployment does not have. Deploy that version again (the execution resumes and the "
+            "cancel can undo then), migrate it (loom migrate, for one blocked at a step), or cancel it "
+            "without compensate (nothing is undone)",
+            workflow=ex.workflow,
+            workflow_version=ex.workflow_version,
+            status=ex.status.value,
+        )
     if not spec.has_compensation:
         return None
     below = tr.compensable_below(spec, ex.current_step)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import attempts, definitions, retention, schedules, signals, steps, waits
+from engine import attempts, definitions, retention, schedules, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
@@ -320,7 +320,7 @@ def sweep_one(
             resumed, message = definitions.recheck(parts, ex, now)
             if not resumed:
                 return SweepAction.BLOCKED, None
-            signals.deliver_kept(parts, ex.id)  # a signal that came while it was blocked
+            waits.deliver_kept(parts, ex.id)  # a signal or a completion that came while it was blocked
             return SweepAction.RESUMED, message
         if ex.status is Status.SLEEPING:
             done = steps.wake(parts, ex)

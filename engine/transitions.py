@@ -301,6 +301,7 @@ def compensating_state(
         ready_at=None,
         wait=None,
         catching=None,  # a failed catch handler's round is over: the saga's undo takes over
+        blocked=None,  # a cancel of one BLOCKED whose definition is deployed again undoes it
         error=cause,
         next_wake_at=lease(None, now, cfg),
     )

@@ -17,7 +17,7 @@ each (engine/runner.py).
 
 from __future__ import annotations
 
-from engine import attempts, callbacks
+from engine import attempts, callbacks, signals
 from engine import transitions as tr
 from engine.errors import CallbackTimeout, HeartbeatTimeout, SignalTimeout, WaitTimeout
 from engine.outbox import execution_log
@@ -56,6 +56,13 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
         detail=callbacks.attempt_detail(ex),
         superseded=lambda rec: finish_committed(parts, ex, spec, st, rec),
     )
+
+
+def deliver_kept(parts: Parts, execution_id: str) -> None:
+    """After a resume: what came for the wait while the execution was BLOCKED applies now (a
+    kept signal is delivered, a kept callback completion rolled forward)."""
+    if not signals.deliver_kept(parts, execution_id):
+        callbacks.finish_kept(parts, execution_id)
 
 
 def needs_fence(ex: Execution) -> bool:

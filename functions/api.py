@@ -12,6 +12,8 @@
 |                                      | step N is not a started parallel/map; 404       |
 | POST /executions/{id}/cancel         | 200, 404, 409 when already terminal; body      |
 |                                      | {"compensate": true} undoes a saga's steps     |
+|                                      | (409 compensation_not_deployed: its definition |
+|                                      | is not deployed; the message says what to do)  |
 | POST /executions/{id}/redrive        | 200 a new round of attempts, 404, 409 unless FAILED |
 |                                      | (409 parent_decides: a child its parent no longer |
 |                                      | waits on; the message names the parent)          |
@@ -58,6 +60,7 @@ method; 409 conflicts; 503 when AWS throttles or fails. Every check runs before 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from engine import children, control, dead_letters, fan_view, progress
@@ -332,6 +335,12 @@ ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
 )
 
 
+def _retry_after(exc: LoomError) -> dict[str, str] | None:
+    """``Retry-After`` for a refusal that says when to try again (``ExecutionBlocked``)."""
+    wait = exc.details.get("retry_after")
+    return None if not isinstance(wait, int | float) else {"Retry-After": str(math.ceil(wait))}
+
+
 def handler(event: FunctionUrlEvent, context: Any) -> dict[str, Any]:
     log = get_logger()
     try:
@@ -347,7 +356,7 @@ def handler(event: FunctionUrlEvent, context: Any) -> dict[str, Any]:
         code = next((s for kind, s in ERROR_STATUS if isinstance(exc, kind)), 500)
         if code >= 500:
             log.error("api.failed", error=error_info(exc))
-        answer = error_response(code, exc.code, exc.message)
+        answer = error_response(code, exc.code, exc.message, _retry_after(exc))
     except Exception as exc:
         log.exception("api.failed", error=error_info(exc))
         answer = error_response(500, "internal", f"internal error: {type(exc).__name__}")

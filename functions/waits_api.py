@@ -2,14 +2,16 @@
 
 | method and path                         | answers                                              |
 |-----------------------------------------|------------------------------------------------------|
-| POST /callbacks/{token}/succeed         | 200 (a repeat of the same body too), 400, 404, 409, 413 |
-| POST /callbacks/{token}/fail            | 200, 400, 404, 409                                   |
-| POST /callbacks/{token}/heartbeat       | 200, 400, 404, 409                                   |
+| POST /callbacks/{token}/succeed         | 200 (a repeat of the same body too), 202 kept, 400, 404, 409, 413 |
+| POST /callbacks/{token}/fail            | 200, 400, 404, 409 (``execution_blocked``: Retry-After) |
+| POST /callbacks/{token}/heartbeat       | 200, 202 kept, 400, 404, 409                          |
 | POST /executions/{id}/signals/{name}    | 200 kept (``delivered``: a wait took it), 400, 404, 409, 413 |
 
 400 a malformed token or body; 404 a token no wait was issued (or a wrong secret); 409 the
 wait already ended (completed with another body, timed out, failed, superseded by a retry)
-or the execution is terminal; 413 a result or payload over the item limit. Every check
+or the execution is terminal, or (``execution_blocked``, with ``Retry-After``) a failure for an
+execution that is BLOCKED (DESIGN.md, "BLOCKED"); 202 ``kept``: the execution is BLOCKED, the
+completion is committed and applies when it resumes; 413 a result or payload over the item limit. Every check
 runs before any write, so a rejected request writes nothing. A token never reaches the
 logs: ``redact_path`` keeps only its hash's first 12 characters.
 """
@@ -48,6 +50,7 @@ def _completion(c: callbacks.Completion) -> dict[str, Any]:
         "attempt": c.attempt,
         "action": c.action.value,
         "repeat": c.repeat,
+        "kept": c.kept,
     }
 
 
@@ -60,7 +63,8 @@ def _callback(action: callbacks.Action) -> Any:
 
             raise MalformedJson("the request body is empty; send a JSON object")
         done = wiring.engine().complete_callback(request.params["token"], action.value, body)
-        return response(200, _completion(done))
+        # 202: kept for an execution that is BLOCKED, applied when it resumes (engine/callbacks.py).
+        return response(202 if done.kept else 200, _completion(done))
 
     route.__name__ = f"callback_{action.value}"
     return route

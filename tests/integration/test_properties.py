@@ -6,7 +6,9 @@ compensate) undoes the committed steps: reverse order, committed steps only, onc
 and the composites, where these meet: a map whose items are undone, a child, a callback, an
 undoable step and a caught one (``composite_undone``: the catch fails too, so the saga unwinds
 past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them;
-and a caught signal wait (``signal_caught``).
+and a caught signal wait (``signal_caught``); and deploys that change a workflow's shape under
+its executions (``redeploy``, ``redeploy_under_a_wait``) and bring it back (``restore``): nothing
+runs on the changed shape, and the resume ends everything as before.
 
 The queue is an in-memory model of SQS (delays, receive counts, duplicates, losses) so
 that hypothesis controls every delivery; the store is the real DynamoDB adapter, whose
@@ -49,7 +51,7 @@ from engine import (
     step,
 )
 from engine.adapters.dynamodb import PARKED_KEY, DynamoStore
-from engine.errors import AlreadyTerminal, LoomError
+from engine.errors import AlreadyTerminal, CompensationNotDeployed, LoomError
 from engine.fanout_spec import FanoutSpec
 from engine.fanout_spec import map as fan_map
 from engine.messages import MessageKind, StepMessage
@@ -115,6 +117,9 @@ class Model:
         # may be given a shorter one (a lost checkpoint), whatever crashed or retried between.
         self.checkpointed: dict[str, int] = {}
         self.lost_state: list[tuple[str, int]] = []
+        # Runs of the step a redeploy inserted (``changed_registry``): an execution started on
+        # the old shape must never run it, and none starts on the new one.
+        self.wrong_shape: list[tuple[str, int]] = []
 
 
 def submit(ctx: Any, token: str) -> None:
@@ -309,6 +314,28 @@ REGISTRY = registry()
 WORKFLOWS = sorted(n for n in REGISTRY.names() if n != "kid")  # kids are started by their parents
 
 
+def audit(ctx: Any) -> dict[str, Any]:
+    ctx.services["model"].wrong_shape.append((ctx.execution_id, ctx.step_index))
+    return {"audited": True}
+
+
+def changed_registry(name: str) -> Registry:
+    """A deploy of every workflow as it is but ``name``, which gets a step inserted first:
+    the same name and version, another shape (fingerprint)."""
+    reg = Registry()
+    for spec in REGISTRY.all_versions():
+        if spec.name != name:
+            reg.add(spec)
+    add_workflow(reg, name, [step(audit), *REGISTRY.get(name).steps], retry=REGISTRY.get(name).retry)
+    return reg
+
+
+# A sleep, a callback, a signal, a child's parent, a saga, two plain steps and the composites:
+# every place a deploy can find an execution at (the kid is left alone: parents start it).
+REDEPLOYABLE = ["approval", "composite", "composite_undone", "nap", "pair", "parent", "saga", "signalled"]
+CHANGED = {name: changed_registry(name) for name in REDEPLOYABLE}
+
+
 @dataclass
 class Envelope:
     message_id: str
@@ -383,6 +410,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.deaths = 0
         self.redrives_in_backlog = 0
         self.parkings = 0
+        # The workflow a redeploy changed (None: the machine's own registry is deployed), what
+        # each of its executions looked like then, and every workflow ever redeployed.
+        self.redeployed: str | None = None
+        self.at_redeploy: dict[str, tuple[Status, int, frozenset[int], int]] = {}
+        self.ever_redeployed: set[str] = set()
 
     # ----------------------------------------------------------------- rules
 
@@ -397,6 +429,8 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.ids) < 4)
     @rule(workflow=st.sampled_from(WORKFLOWS), fails=st.sampled_from([0, 0, 1, 2, 3]))
     def start(self, workflow: str, fails: int) -> None:
+        if workflow == self.redeployed:
+            return  # an execution started on the changed shape would block once it is restored
         execution_id = f"x{len(self.ids)}"
         fails_of = {"f": fails, "a": min(fails, 1), "undo_a": fails % 2}
         _, created = self.engine.start(workflow, {"fails": fails_of}, execution_id=execution_id)
@@ -557,12 +591,78 @@ class EngineMachine(RuleBasedStateMachine):
         before = self.store.inner.get_execution(execution_id)
         try:
             self.engine.cancel(execution_id, compensate=compensate)
+        except CompensationNotDeployed:
+            # Its undos belong to the shape it started on, which this deploy lacks: nothing written.
+            assert compensate and before.workflow == self.redeployed, f"{execution_id}: {before.status}"
+            assert self.store.inner.get_execution(execution_id) == before
+            event("a cancel with compensate refused on a changed definition")
+            return
         except AlreadyTerminal:
             # Nothing else runs between the read and the cancel: only a terminal (or undoing) one refuses.
             undoing = before.status is Status.COMPENSATING
             assert before.terminal or undoing, f"cancel of {before.status} {execution_id} answered AlreadyTerminal"
             return
         self.model.cancelled.add(execution_id)
+
+    # ------------------------------------------------------------- redeploys
+
+    @precondition(lambda self: self.redeployed is None)
+    @rule(pick=st.integers(0, 20))
+    def redeploy(self, pick: int) -> None:
+        """A deploy changes one workflow's shape under its executions (a step inserted first):
+        every later worker, sweeper and API call sees only the new shape. The workflow is one
+        with executions not ended, when there is one, so that the deploy finds them."""
+        executions = [self.store.inner.get_execution(i) for i in self.ids]
+        open_ones = sorted({ex.workflow for ex in executions if not ex.terminal} & set(REDEPLOYABLE))
+        self._redeploy((open_ones or REDEPLOYABLE)[pick % len(open_ones or REDEPLOYABLE)])
+
+    def _redeploy(self, workflow: str) -> None:
+        event("redeployed")
+        self.redeployed = workflow
+        self.ever_redeployed.add(workflow)
+        self.engine.registry = CHANGED[workflow]
+        self.at_redeploy = {
+            i: self._position(i) for i in self.ids if self.store.inner.get_execution(i).workflow == workflow
+        }
+
+    @precondition(lambda self: self.redeployed is None)
+    @rule(pick=st.integers(0, 20), answer=st.booleans())
+    def redeploy_under_a_wait(self, pick: int, answer: bool) -> None:
+        """The same deploy while an execution waits on a callback or a signal (weighted up), and
+        with ``answer`` its callback's completion or its signal comes at once: kept for the resume."""
+        executions = [ex for i in self.ids if (ex := self.store.inner.get_execution(i)).status is Status.WAITING]
+        waiting = [ex for ex in executions if ex.workflow in REDEPLOYABLE]
+        if not waiting:
+            return
+        ex = waiting[pick % len(waiting)]
+        event(f"redeployed under a {ex.wait.kind.value if ex.wait else 'no'} wait")
+        self._redeploy(ex.workflow)
+        if not answer or ex.wait is None:
+            return
+        prefix = f"lcb1.{ex.id}.{ex.current_step}.{ex.attempt}."
+        mine = [k for k, token in enumerate(self.model.issued) if token.startswith(prefix)]
+        if mine:
+            self.complete_callback(mine[-1], "same")
+        elif ex.wait.kind.value == "signal":
+            self.send_signal(self.ids.index(ex.id))
+
+    @precondition(lambda self: self.redeployed is not None)
+    @rule()
+    def restore(self) -> None:
+        """The old shape is deployed again: the sweeper's rechecks resume what it blocked."""
+        self.redeployed = None
+        self.at_redeploy = {}
+        self.engine.registry = REGISTRY
+
+    def _position(self, execution_id: str) -> tuple[Status, int, frozenset[int], int]:
+        """Status, step, the steps committed, and how many bodies (steps, undos) ran so far."""
+        ex = self.store.inner.get_execution(execution_id)
+        committed = frozenset(
+            r.index for r in self.store.inner.history(execution_id) if r.status is StepStatus.COMPLETED
+        )
+        ran = sum(n for (e, _, _), n in self.model.runs.items() if e == execution_id)
+        ran += sum(e == execution_id for e, _, _ in self.model.undo_runs)
+        return ex.status, ex.current_step, committed, ran
 
     # ----------------------------------------------------------------- waits
 
@@ -656,6 +756,10 @@ class EngineMachine(RuleBasedStateMachine):
                 assert ex.wait is not None and ex.wait.step == ex.current_step, f"{execution_id} WAITING on {ex.wait}"
             elif ex.status is Status.COMPENSATING:
                 assert ex.next_wake_at is not None and ex.error is not None, f"{execution_id} COMPENSATING: {ex}"
+            elif ex.status is Status.BLOCKED:
+                # Only a deploy blocks, and the due index always holds its recheck.
+                assert ex.workflow in self.ever_redeployed, f"{execution_id} BLOCKED on an unchanged definition"
+                assert ex.next_wake_at is not None and ex.blocked is not None, f"{execution_id} BLOCKED: {ex}"
             else:
                 # Ended: its expiry set, and due only for the sweep that stamps it (and a child's notice).
                 assert ex.expires_at == pytest.approx(ex.updated_at + CONFIG.retention_seconds) or (
@@ -680,6 +784,25 @@ class EngineMachine(RuleBasedStateMachine):
                 assert n == 1, f"at_most_once step {index} of {execution_id} ran {n} times in attempt {attempt}"
 
     @invariant()
+    def a_changed_definition_runs_nothing(self) -> None:
+        """While its workflow has another shape deployed, an execution stands still: no body
+        runs, its step does not move, and it is BLOCKED, CANCELLED or as the deploy found it.
+        A step may be committed only by a callback's completion, which keeps it until the resume."""
+        assert self.model.wrong_shape == [], f"a step of the changed shape ran: {self.model.wrong_shape}"
+        for execution_id, (status, step_at, committed, ran) in self.at_redeploy.items():
+            now_status, now_step, now_committed, now_ran = self._position(execution_id)
+            assert now_ran == ran, f"{execution_id} ran a body on a changed definition"
+            if now_status is not Status.CANCELLED:
+                assert now_step == step_at, f"{execution_id} moved from step {step_at} to {now_step} meanwhile"
+            assert now_status in (status, Status.BLOCKED, Status.CANCELLED), f"{execution_id}: {status} -> {now_status}"
+            spec = REGISTRY.get(self.redeployed or "")
+            for index in now_committed - committed:
+                assert isinstance(spec.steps[index], CallbackSpec), f"{execution_id} committed step {index} meanwhile"
+                event("a callback completion kept while blocked")
+            if now_status is Status.BLOCKED:
+                event("blocked by a redeploy")
+
+    @invariant()
     def no_step_starts_after_cancel(self) -> None:
         assert self.model.after_cancel == []
 
@@ -702,6 +825,7 @@ class EngineMachine(RuleBasedStateMachine):
         return self.store.inner.get_execution(f"{execution_id}--{index}-{attempt}")
 
     def _drive_to_quiescence(self) -> None:
+        self.restore()  # the drive then resumes what the redeploy blocked, as any other wake
         self.faults.disarm()
         self.store.crash_after_commit = 0
         self.model.die_in_step = False
@@ -948,6 +1072,7 @@ class CompositeMachine(EngineMachine):
     def _drive_to_quiescence(self) -> None:
         """Before time runs out on them, the provider answers the executions WAITING on their
         callback: the drive then takes them past it, to the caught step and its saga."""
+        self.restore()
         self.faults.disarm()
         self.store.crash_after_commit = 0
         self.model.die_in_step = False

@@ -74,6 +74,8 @@ KINDS: dict[str, str] = {
     "DynamoStore.put_execution <- control.redrive_failed <- runtime.Engine.redrive_failed": "redrive",
     "DynamoStore.put_execution <- definitions.block <- runner.handle_link": "redeploy",
     "DynamoStore.put_execution <- definitions.block <- signals._deliver_if_waiting": "redeploy_signal",
+    "DynamoStore.commit_step <- callbacks._keep <- callbacks._while_blocked": "redeploy_callback",
+    "DynamoStore.put_execution <- definitions.block <- callbacks._keep": "redeploy_callback",
     "DynamoStore.put_execution <- definitions.block <- sweeper.sweep_one": "redeploy_asleep",
     "DynamoStore.put_execution <- definitions.recheck <- sweeper.sweep_one": "redeploy",
     "DynamoStore.put_execution <- escalation.begin_catch <- escalation.escalate": "composite_caught",

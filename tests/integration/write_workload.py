@@ -230,6 +230,7 @@ def registry(world: World) -> Registry:
         build_spec("shifty", [world.lands("a"), world.lands("b")], QUICK),
         build_spec("drowsy", [sleep(seconds=2000), world.lands("b")], QUICK),
         build_spec("nod", [wait_for_signal("go"), world.lands("b")], QUICK),
+        build_spec("nod_cb", [wait_for_callback("ok", submit=world.submit, timeout=3600), world.lands("b")], QUICK),
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
             "one_by_one",
@@ -585,6 +586,23 @@ def redeploy_signal(t: WorkflowTest, world: World, eid: str) -> None:
         t.engine.registry = base
 
 
+def redeploy_callback(t: WorkflowTest, world: World, eid: str) -> None:
+    """A callback's completion for a wait whose workflow changed shape is committed and blocks
+    it (kept); the old shape is deployed again and the resume moves it on with that result."""
+    base = t.engine.registry
+    try:
+        t.start("nod_cb", {}, execution_id=eid)
+        _until_waiting(t, eid)
+        changed = build_spec("nod_cb", [world.lands("a"), wait_for_callback("ok", submit=world.submit)], version=2)
+        t.engine.registry = _redeployed(base, changed)
+        t.complete_callback(world.tokens[eid][-1], {"ok": True})
+        t.engine.registry = _redeployed(base, base.get("nod_cb"))
+        t.advance(t.config.blocked_recheck_seconds)
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
 def migrate(t: WorkflowTest, world: World, eid: str) -> None:
     """A blocked execution is migrated: its next step ``b`` maps onto the new version's ``x``."""
     base = t.engine.registry
@@ -643,6 +661,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "redeploy": redeploy,
     "redeploy_asleep": redeploy_asleep,
     "redeploy_signal": redeploy_signal,
+    "redeploy_callback": redeploy_callback,
     "migrate": migrate,
 }
 
