@@ -9,6 +9,7 @@ from typing import Any
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.adapters.fan_store import FanStore, step_record
+from engine.adapters.paging import query_items
 from engine.adapters.retention import EXPIRES, RetentionStore, ttl_value
 from engine.adapters.schedule_store import ScheduleStore
 from engine.adapters.write_token import ALL_OLD, NOT_THIS_WRITE, TOKEN, conditional, new_token
@@ -379,14 +380,9 @@ class DynamoStore(FanStore, ScheduleStore, RetentionStore):
             "ExpressionAttributeValues": {":pk": _s(exec_pk(execution_id)), ":prefix": _s(prefix)},
             "ConsistentRead": True,
             **extra,
+            **self._capacity(),
         }
-        while True:
-            with mapped(f"table {self._table}"):
-                answer = self._db.query(**kwargs, **self._capacity())
-            yield from answer.get("Items", [])
-            if "LastEvaluatedKey" not in answer:
-                return
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        return query_items(self._db, f"table {self._table}", kwargs)
 
     # ----------------------------------------------------------------- signals
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from botocore.exceptions import ClientError
 
 from engine.adapters.aws_errors import error_code, mapped
+from engine.adapters.paging import query_items
 from engine.adapters.write_token import ALL_OLD, NOT_THIS_WRITE, TOKEN, carries, conditional, new_token, winner_of
 from engine.errors import ConflictError, TransientError
 from engine.join import JoinRecord, shard_of_item, shards_of_page
@@ -230,14 +231,10 @@ class FanStore:
                     ":hi": {"S": f"ITEM#{last:06d}"},
                 },
                 "ConsistentRead": True,
+                **self._capacity(),
             }
-            while True:
-                with mapped(f"table {self._table}"):
-                    answer = self._db.query(**kwargs, **self._capacity())
-                found.extend(step_record(execution_id, item) for item in answer.get("Items", []))
-                if "LastEvaluatedKey" not in answer:
-                    break
-                kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+            items = query_items(self._db, f"table {self._table}", kwargs)
+            found.extend(step_record(execution_id, item) for item in items)
         return sorted(found, key=lambda r: r.index)
 
 

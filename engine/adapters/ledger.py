@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from engine.adapters.aws_errors import mapped
+from engine.adapters.paging import query_items
 from engine.adapters.write_token import ALL_OLD, TOKEN, conditional, new_token
 from engine.errors import ConflictError
 
@@ -69,18 +70,13 @@ class DynamoLedger:
             "ExpressionAttributeValues": {":pk": {"S": f"LEDGER#{execution_id}"}},
             "ConsistentRead": True,
         }
-        while True:
-            with mapped(f"table {self._table}"):
-                answer = self._db.query(**kwargs)
-            for item in answer.get("Items", []):
-                out[item["idempotency_key"]["S"]] = {
-                    "effect": json.loads(item["effect"]["S"]) if "effect" in item else None,
-                    "runs": int(item.get("runs", {"N": "0"})["N"]),
-                    "duplicates": int(item.get("duplicates", {"N": "0"})["N"]),
-                }
-            if "LastEvaluatedKey" not in answer:
-                return out
-            kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+        for item in query_items(self._db, f"table {self._table}", kwargs):
+            out[item["idempotency_key"]["S"]] = {
+                "effect": json.loads(item["effect"]["S"]) if "effect" in item else None,
+                "runs": int(item.get("runs", {"N": "0"})["N"]),
+                "duplicates": int(item.get("duplicates", {"N": "0"})["N"]),
+            }
+        return out
 
     def effects(self, execution_id: str) -> dict[str, dict[str, Any]]:
         return {k: v["effect"] for k, v in self.entries(execution_id).items() if v["effect"] is not None}

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from engine.adapters.aws_errors import mapped
+from engine.adapters.paging import query_items
 from engine.adapters.write_token import ALL_OLD, TOKEN, conditional, new_token
 from engine.errors import ConflictError
 from engine.ports import Stamped
@@ -85,14 +85,9 @@ def _partition(table: _Table, pk: str, shards_name: str | None) -> Iterator[dict
         "ExpressionAttributeNames": names,
         "ProjectionExpression": projection,
         "ConsistentRead": True,
+        **table._capacity(),
     }
-    while True:
-        with mapped(f"table {table._table}"):
-            answer = table._db.query(**kwargs, **table._capacity())
-        yield from answer.get("Items", [])
-        if "LastEvaluatedKey" not in answer:
-            return
-        kwargs["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
+    return query_items(table._db, f"table {table._table}", kwargs)
 
 
 def _stamp(table: _Table, key: dict[str, Any], want: int | None) -> None:
