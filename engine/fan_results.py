@@ -6,6 +6,7 @@ map:      ``context[name] = [result_0, ..., result_n-1]`` (None for a failed or 
           stay in the item records, read by ``ctx.results(name)`` a page at a time.
 parallel: each branch's dict merges into the context in branch order, as consecutive
           steps would. Branch results cannot be paged: too big fails the step (ResultTooLarge).
+both:     ``context["<name>:batch"]``, the batch result (engine/batch_result.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine import batch_result
+from engine.batch_result import BatchResult, brief_error
 from engine.errors import ResultTooLarge
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.join import JoinRecord
@@ -40,18 +43,36 @@ def step_result(
 ) -> dict[str, Any]:
     """What the fan-out step commits and merges; ``fits`` raises ResultTooLarge (attempts.check_result)."""
     results = in_order(records, join.n)
+    batch = {batch_result.key(st.name): summary(st, join, records).to_dict()}
     if st.kind is FanKind.PARALLEL:
         merged: dict[str, Any] = {}
         for r in results:
             merged.update(r or {})
+        merged.update(batch)
         fits(merged)
         return merged
     try:
-        fits({st.name: results})
-        return {st.name: results}
+        fits({st.name: results, **batch})
+        return {st.name: results, **batch}
     except ResultTooLarge:
         # Never silent: the marker says where the results are, and the history says why.
-        return {st.name: stored_marker(ex.current_step, join.n)}
+        return {st.name: stored_marker(ex.current_step, join.n), **batch}
+
+
+def summary(st: FanoutSpec, join: JoinRecord, records: list[StepRecord]) -> BatchResult:
+    """The batch as the item records have it (the join's counters can run ahead of a page)."""
+    ok = sum(1 for r in records if r.status is StepStatus.COMPLETED)
+    failed = sorted((r for r in records if r.status is StepStatus.FAILED), key=lambda r: r.index)
+    errors = tuple(brief_error(r.index, r.error) for r in failed[: batch_result.MAX_ERRORS])
+    return BatchResult(
+        step=st.name,
+        reason=st.policy.reason(join.n, ok, len(failed)),
+        total=join.n,
+        succeeded=ok,
+        failed=len(failed),
+        errors=errors,
+        errors_truncated=len(failed) > len(errors),
+    )
 
 
 def reader(parts: Parts, execution_id: str) -> Callable[[int, int, int], list[Any]]:

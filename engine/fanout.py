@@ -8,7 +8,9 @@ For step i of parent P (RUNNING at i, attempt a; DESIGN.md "Fan-out"):
    items); a final item only re-checks the join; otherwise the item runs with its own retry
    policy, and its final write and the join's counter are one transaction;
 3. after an item's own final write: judge the counts (engine/join.py); CONTINUE starts the
-   item its slot frees, SUCCEED or FAIL joins;
+   item its slot frees, SUCCEED or FAIL joins. With ``on_failure="batch"`` a slot whose next
+   item may no longer start declines it (NOT_STARTED, counted on the join), and the join
+   closes once every slot is done: what started runs to its end, as in the reference;
 4. join: the decision is recorded once on the join record, the step's history record is
    committed once (COMMIT_ONCE), then P advances (or fails) with its conditional write:
    duplicate, racing and crashed completions all end in one advance;
@@ -40,7 +42,17 @@ from engine.fan_items import item_context, item_values
 from engine.fan_results import step_result
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.history_rules import last_attempt
-from engine.join import JoinRecord, JoinVerdict, first_window, judge_join, next_item, shards_for, to_resend
+from engine.join import (
+    JoinRecord,
+    JoinVerdict,
+    OnFailure,
+    first_window,
+    judge_batch,
+    judge_join,
+    next_item,
+    shards_for,
+    to_resend,
+)
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log, send
 from engine.outcome import LinkResult, OutcomeStatus
@@ -120,6 +132,7 @@ def resume(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, join
         return finish(parts, ex, spec, st, join, verdict)
     records = parts.store.fan_items(ex.id, ex.current_step, join.shards, 0, join.n)
     final = [r.index for r in records if r.status in FINAL]
+    declined = [r.index for r in records if r.status is StepStatus.NOT_STARTED]
     now = parts.clock.now()
     # An item in its retry backoff has its delayed message on the way: a copy would run its
     # next attempt twice. The lease covers the latest backoff, so a lost one is re-sent after it.
@@ -129,7 +142,8 @@ def resume(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, join
         parts.store.put_execution(renewed, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         return LinkResult(OutcomeStatus.STALE)
-    missing = [i for i in to_resend(join.n, join.window, final) if i not in backing_off]
+    # Once no item may start, a successor re-sent here is declined as it arrives (run_item).
+    missing = [i for i in to_resend(join.n, join.window, final, declined) if i not in backing_off]
     execution_log(renewed).info("fanout.resumed", final=len(final), resent=len(missing), backing_off=len(backing_off))
     send_items(parts, renewed, missing)
     return LinkResult(OutcomeStatus.FANNED_OUT, 0, replace(tr.Effects(), written=renewed))
@@ -150,7 +164,14 @@ def send_items(parts: Parts, ex: Execution, indexes: list[int]) -> None:
 def _verdict(join: JoinRecord, st: FanoutSpec) -> JoinVerdict:
     if join.decided is not None:
         return JoinVerdict(join.decided)
-    return judge_join(join.n, join.ok, join.failed, st.policy)
+    if st.on_failure is OnFailure.FAIL:
+        return judge_join(join.n, join.ok, join.failed, st.policy)
+    return judge_batch(join, st.policy)
+
+
+def _stopped(join: JoinRecord, st: FanoutSpec) -> bool:
+    """A batch whose slots start no new item (the join may still wait for running ones)."""
+    return st.on_failure is OnFailure.BATCH and not st.policy.may_start(join.n, join.ok, join.failed)
 
 
 def run_item(
@@ -168,8 +189,14 @@ def run_item(
         # A duplicate only checks the join. A redelivery may be the message of a worker that
         # died between the item's commit and its successor's send: that send is repeated.
         return after_final(parts, ex, spec, st, idx, own=False, resend=redelivered)
+    if record is not None and record.status is StepStatus.NOT_STARTED:
+        return after_final(parts, ex, spec, st, idx, own=False)  # declined: it never runs
     if _verdict(join, st) is not JoinVerdict.CONTINUE:
         return after_final(parts, ex, spec, st, idx, own=False)  # decided: nothing new starts
+    if record is None and idx >= join.window and _stopped(join, st):
+        # A successor sent by a runner that read the counts before they stopped the batch,
+        # or re-sent by a recovery: its slot ends here, as if its predecessor had declined it.
+        return _decline(parts, ex, spec, st, idx)
     attempt = last_attempt(record) + 1
     due = _retry_due(record)
     now = parts.clock.now()
@@ -214,7 +241,9 @@ def _attempt(
     parts.faults.point(FaultPoint.AFTER_STEP, **info)
     done = Attempt(attempt, started, parts.clock.now(), AttemptOutcome.COMPLETED)
     try:
-        parts.store.commit_item(ex.id, ex.current_step, st.name, idx, join.shards, done, result)
+        parts.store.commit_item(
+            ex.id, ex.current_step, st.name, idx, join.shards, done, result, chain_end=join.is_chain_end(idx)
+        )
     except PayloadTooLarge as exc:
         too_large = InvalidResult(f"item {idx}'s result does not fit its record: {exc.message}")
         return _failed(parts, ex, spec, st, join, idx, done, too_large)
@@ -251,7 +280,10 @@ def _failed(
     recorded = replace(attempt, outcome=AttemptOutcome.FAILED, error=error_info(error), retry_delay=delay)
     final = not decision.retry
     log = execution_log(ex).bind(item=idx)
-    if not parts.store.fail_item(ex.id, ex.current_step, st.name, idx, join.shards, recorded, final=final):
+    chain_end = join.is_chain_end(idx)
+    if not parts.store.fail_item(
+        ex.id, ex.current_step, st.name, idx, join.shards, recorded, final=final, chain_end=chain_end
+    ):
         log.info("fanout.item_failure_refused")
         return after_final(parts, ex, spec, st, idx, own=False, ran=1)
     if final:
@@ -284,6 +316,13 @@ def after_final(
     if join is None:
         return LinkResult(OutcomeStatus.STALE, ran)
     verdict = _verdict(join, st)
+    if verdict is JoinVerdict.CONTINUE and _stopped(join, st):
+        if own:
+            keep_lease(parts, ex)  # the items still running keep the parent's lease
+        nxt = next_item(idx, join.n, join.window)
+        if nxt is not None and (own or resend):
+            return replace(_decline(parts, ex, spec, st, nxt), ran=ran)
+        return LinkResult(OutcomeStatus.ITEM_DONE, ran)
     if verdict is JoinVerdict.CONTINUE:
         nxt = next_item(idx, join.n, join.window)
         if nxt is not None and not own and resend:
@@ -294,6 +333,21 @@ def after_final(
             send(parts, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.ITEM, item=nxt), 0)
         return LinkResult(OutcomeStatus.ITEM_DONE, ran)
     return replace(finish(parts, ex, spec, st, join, verdict), ran=ran)
+
+
+def _decline(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec, idx: int) -> LinkResult:
+    """Item ``idx`` will never start; its slot is done. Only the write that declines it counts
+    the slot, so a duplicate or a racing runner changes nothing; then the join may close."""
+    join = parts.store.get_join(ex.id, ex.current_step)
+    if join is None:
+        return LinkResult(OutcomeStatus.STALE)
+    if parts.store.decline_item(ex.id, ex.current_step, st.name, idx, join.shards):
+        execution_log(ex).info("fanout.item_declined", item=idx)
+        join = parts.store.get_join(ex.id, ex.current_step) or join
+    verdict = _verdict(join, st)
+    if verdict is JoinVerdict.CONTINUE:
+        return LinkResult(OutcomeStatus.ITEM_DONE)
+    return finish(parts, ex, spec, st, join, verdict)
 
 
 def keep_lease(parts: Parts, ex: Execution, until: float | None = None) -> None:

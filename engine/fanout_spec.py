@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine.errors import WorkflowDefinitionError
-from engine.join import MAX_ITEMS, CompletionPolicy
+from engine.join import MAX_ITEMS, CompletionPolicy, OnFailure
 from engine.retry import RetryPolicy
 from engine.workflow import (
     NAME_RE,
@@ -60,6 +60,7 @@ class FanoutSpec(StepSpec):
     items: ItemsFn | None = None
     max_concurrency: int = 1
     policy: CompletionPolicy = field(default_factory=CompletionPolicy)
+    on_failure: OnFailure = OnFailure.BATCH
 
     def item_spec(self, idx: int) -> StepSpec:
         return self.branches[idx] if self.kind is FanKind.PARALLEL else self.branches[0]
@@ -78,6 +79,7 @@ class FanoutSpec(StepSpec):
             "kind": self.kind.value,
             "max_concurrency": self.max_concurrency,
             "completion": describe_policy(self.policy),
+            "on_failure": self.on_failure.value,
             "retry": describe_retry(spec.policy_for(self)),
             "branches": [_describe_branch(self, spec, i) for i in range(len(self.branches))],
         }
@@ -188,6 +190,14 @@ def completion_policy(
     )
 
 
+def _on_failure(value: object) -> OnFailure:
+    try:
+        return OnFailure(str(value)) if isinstance(value, str) else OnFailure(repr(value))
+    except ValueError:
+        choices = " or ".join(repr(v.value) for v in OnFailure)
+        raise WorkflowDefinitionError(f"on_failure must be {choices}, not {value!r}") from None
+
+
 def _name(name: str, what: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"{what} {name!r} must match {NAME_RE.pattern}")
@@ -201,10 +211,15 @@ def parallel(
     min_successful: int | None = None,
     tolerated_failures: int | None = None,
     tolerated_failure_percentage: float | None = None,
+    on_failure: str = "batch",
     retry: RetryPolicy | None = None,
     catch: Any = None,
 ) -> FanoutSpec:
     """Run the branches side by side; each branch's dict merges into the context in branch order.
+
+    Failed branches do not fail the step (``on_failure="batch"``): the next step reads
+    ``ctx.batch(name)``. ``on_failure="fail"`` fails it (FanoutFailed) once the completion
+    policy is out of reach, for a catch or a compensation to take over.
 
     No branches is a fan-out that is over as it opens (the reference's empty batch), and a
     ``max_concurrency`` of 0 or None runs every branch at once."""
@@ -224,6 +239,7 @@ def parallel(
         branches=specs,
         max_concurrency=window,
         policy=policy,
+        on_failure=_on_failure(on_failure),
     )
 
 
@@ -236,6 +252,7 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
     min_successful: int | None = None,
     tolerated_failures: int | None = None,
     tolerated_failure_percentage: float | None = None,
+    on_failure: str = "batch",
     retry: RetryPolicy | None = None,
     compensate: StepFn | None = None,
     catch: Any = None,
@@ -245,7 +262,8 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
     ``context[name]`` is the list of results in item order (None for a failed or unstarted
     item), or, when that list cannot fit the execution item, a marker that
     ``ctx.results(name)`` pages through. ``max_concurrency`` of 0 or None means no window, as in the
-    reference: every item is sent as the map opens (at most MAX_ITEMS of them).
+    reference: every item is sent as the map opens (at most MAX_ITEMS of them). Failed items
+    do not fail the step unless ``on_failure="fail"``: ``ctx.batch(name)`` tells the next step.
     """
     if not callable(items):
         raise WorkflowDefinitionError(f"map items {items!r} must be a function of the context")
@@ -265,4 +283,5 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
         items=items,
         max_concurrency=_map_window(max_concurrency),
         policy=completion_policy(min_successful, tolerated_failures, tolerated_failure_percentage),
+        on_failure=_on_failure(on_failure),
     )

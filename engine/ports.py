@@ -112,7 +112,16 @@ class Store(Protocol):
         """Item ``idx``'s record (``index`` is the item's index, ``name`` the step's)."""
 
     def commit_item(
-        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
+        self,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        result: Any,
+        *,
+        chain_end: bool = False,
     ) -> None:
         """Item COMPLETED with its result, and the join's ``ok`` counted, in one transaction.
 
@@ -120,10 +129,24 @@ class Store(Protocol):
         """
 
     def fail_item(
-        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, *, final: bool
+        self,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        *,
+        final: bool,
+        chain_end: bool = False,
     ) -> bool:
         """Append a failed attempt (final: FAILED and the join's ``failed`` counted, in one
-        transaction); False if the history rules refuse it."""
+        transaction); False if the history rules refuse it. ``chain_end``: the item is the last
+        of its slot, and the join's ``ends`` is counted with it."""
+
+    def decline_item(self, execution_id: str, step: int, name: str, idx: int, shards: int) -> bool:
+        """Record item ``idx`` NOT_STARTED and count the join's ``declined``, in one transaction,
+        if the item has no record and the join is not decided; False otherwise."""
 
     def fan_items(self, execution_id: str, step: int, shards: int, start: int, count: int) -> list[StepRecord]:
         """The records of items ``start .. start+count-1`` that exist, in item order."""

@@ -38,6 +38,8 @@ class StepStatus(StrEnum):
     RETRYING = "RETRYING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    # A fan-out item its batch declined: once no item could start, its slot's next one never ran.
+    NOT_STARTED = "NOT_STARTED"
 
 
 class AttemptOutcome(StrEnum):

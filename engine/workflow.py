@@ -15,6 +15,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from engine import batch_result
+from engine.batch_result import BatchResult
 from engine.errors import DefinitionChanged, UnknownWorkflow, WorkflowDefinitionError
 from engine.poll_strategy import Exponential, Fixed, PollStrategy
 from engine.poll_strategy import exponential as exponential  # re-exported: the authoring API
@@ -91,6 +93,11 @@ class StepContext:
         step_index, count = int(value["step"]), int(value["count"])
         for start in range(0, count, max(1, page_size)):
             yield from self.pages(step_index, start, min(page_size, count - start))
+
+    def batch(self, name: str) -> BatchResult:
+        """The batch result of fan-out step ``name``: why it closed, how many items succeeded,
+        failed or never started, and the first failures (engine/batch_result.py)."""
+        return batch_result.read(self.data, name)
 
 
 StepFn = Callable[[StepContext], "dict[str, Any] | None"]

@@ -7,8 +7,12 @@ Each branch and item lands its effect in the ledger under its own idempotency ke
 - ``order_parallel``: reserve stock and authorize the card side by side, then ship. Without a
   ``courier`` in the input, ship fails for good: the authorization is voided, then the stock
   released (the committed branches, last first), and the execution ends COMPENSATED.
+- ``order_parallel`` fails its fan-out on a failed branch (``on_failure="fail"``): shipping
+  with a declined card is worse than undoing the reservation.
 - ``price_lines``: price every line of ``lines`` (at most 5 at once), then total them; the next
-  step reads the results in line order with ``ctx.results("prices")``.
+  step reads the results in line order with ``ctx.results("prices")`` and the batch result
+  with ``ctx.batch("prices")``: a line that cannot be priced is left out of the total and named
+  in ``unpriced``, instead of failing the order.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class OrderParallel:
             step(reserve_stock, compensate=release_stock, compensate_retry=UNDO),
             step(authorize_card, compensate=void_authorization, compensate_retry=UNDO),
             name="reserve",
+            on_failure="fail",
         ),
         ship,
     ]
@@ -55,7 +60,9 @@ def price_line(ctx: StepContext) -> dict[str, Any]:
 
 def total(ctx: StepContext) -> dict[str, Any]:
     prices = [r["price"] for r in ctx.results("prices") if r is not None]
-    return {"total": round(sum(prices), 2), "priced_lines": len(prices)}
+    batch = ctx.batch("prices")
+    unpriced = [e.index for e in batch.errors]
+    return {"total": round(sum(prices), 2), "priced_lines": len(prices), "unpriced": unpriced}
 
 
 @workflow("price_lines")

@@ -1,6 +1,6 @@
 """The fan-out part of the DynamoDB store: the join record and the item records.
 
-    join  PK=EXEC#<id>                   SK=FAN#<nnn>           n, shards, window, ok, failed, decided
+    join  PK=EXEC#<id>                   SK=FAN#<nnn>           n, shards, window, ok, failed, ends, declined, decided
     item  PK=FAN#<id>#<nnn>#<shard>      SK=ITEM#<idx:06d>      as a step's history record
 
 ``shard = idx % shards``: a 10,000-item map writes 32 partitions, never one hot key. An
@@ -30,6 +30,8 @@ MAY_COMMIT = (
     "AND (attribute_not_exists(last_attempt) OR last_attempt < :a)))"
 )
 MAY_RECORD_FAILURE = f"(attribute_not_exists(last_attempt) OR last_attempt < :a) AND ({NEW_RECORD} OR #s <> :done)"
+# A declined item never runs: a late run of it (a message re-sent by a recovery) commits nothing.
+NOT_DECLINED = f"({NEW_RECORD} OR #s <> :ns)"
 
 
 def join_key(execution_id: str, step: int) -> dict[str, Any]:
@@ -58,6 +60,8 @@ def _join(execution_id: str, step: int, item: dict[str, Any]) -> JoinRecord:
         ok=int(item.get("ok", {"N": "0"})["N"]),
         failed=int(item.get("failed", {"N": "0"})["N"]),
         decided=item["decided"]["S"] if "decided" in item else None,
+        ends=int(item.get("ends", {"N": "0"})["N"]),
+        declined=int(item.get("declined", {"N": "0"})["N"]),
     )
 
 
@@ -157,7 +161,16 @@ class FanStore:
         return None if item is None else step_record(execution_id, item)
 
     def commit_item(
-        self: _Table, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
+        self: _Table,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        result: Any,
+        *,
+        chain_end: bool = False,
     ) -> None:
         result_json = canonical_json(result)
         check_item(history_item_size(result_json, attempt.attempt), f"item {idx} of step {name!r}")
@@ -172,7 +185,9 @@ class FanStore:
             ":f": _n(attempt.finished_at),
         }
         names = {"#s": "status", "#r": "result", "#n": "name", "#e": "error"}
-        _transact(self, execution_id, step, idx, shards, update, MAY_COMMIT, names, values, counter="ok")
+        counter = "ok :one, ends" if chain_end else "ok"
+        condition = f"{MAY_COMMIT} AND {NOT_DECLINED}"
+        _transact(self, execution_id, step, idx, shards, update, condition, names, values, counter)
 
     def fail_item(
         self: _Table,
@@ -184,6 +199,7 @@ class FanStore:
         attempt: Attempt,
         *,
         final: bool,
+        chain_end: bool = False,
     ) -> bool:
         status = StepStatus.FAILED if final else StepStatus.RETRYING
         update = (
@@ -201,19 +217,38 @@ class FanStore:
             if final:
                 update += ", finished_at = :f"
                 values[":f"] = _n(attempt.finished_at)
-                _transact(self, execution_id, step, idx, shards, update, MAY_RECORD_FAILURE, names, values, "failed")
+                counter = "failed :one, ends" if chain_end else "failed"
+                condition = f"{MAY_RECORD_FAILURE} AND {NOT_DECLINED}"
+                _transact(self, execution_id, step, idx, shards, update, condition, names, values, counter)
                 return True
             with conditional(f"table {self._table}", values[":wt"]["S"]):
                 self._db.update_item(
                     TableName=self._table,
                     Key=item_key(execution_id, step, idx, shards),
                     UpdateExpression=update,
-                    ConditionExpression=f"{MAY_RECORD_FAILURE} AND {NOT_THIS_WRITE}",
+                    ConditionExpression=f"{MAY_RECORD_FAILURE} AND {NOT_DECLINED} AND {NOT_THIS_WRITE}",
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues={k: v for k, v in values.items() if k != ":failed"},
                     **ALL_OLD,
                     **self._capacity(),
                 )
+        except ConflictError:
+            return False
+        return True
+
+    def decline_item(self: _Table, execution_id: str, step: int, name: str, idx: int, shards: int) -> bool:
+        """Item ``idx`` NOT_STARTED and the join's ``declined`` counted, in one transaction, only
+        if the item has no record; False if it has one (it ran, or another runner declined it)."""
+        values = {
+            ":ns": {"S": StepStatus.NOT_STARTED.value},
+            ":i": _n(idx),
+            ":name": {"S": name},
+            ":wt": {"S": new_token()},
+        }
+        update = f"SET #s = :ns, idx = :i, #n = :name, {TOKEN} = :wt"
+        names = {"#s": "status", "#n": "name"}
+        try:
+            _transact(self, execution_id, step, idx, shards, update, NEW_RECORD, names, values, counter="declined")
         except ConflictError:
             return False
         return True
@@ -242,6 +277,7 @@ def _attempt_values(idx: int, name: str, attempt: Attempt) -> dict[str, Any]:
     return {
         ":done": {"S": StepStatus.COMPLETED.value},
         ":failed": {"S": StepStatus.FAILED.value},
+        ":ns": {"S": StepStatus.NOT_STARTED.value},
         ":i": _n(idx),
         ":name": {"S": name},
         ":a": _n(attempt.attempt),

@@ -104,7 +104,7 @@ class InMemoryStore:
     def open_join(self, join: JoinRecord) -> JoinRecord:
         key = (join.execution_id, join.step)
         if key not in self._joins:
-            self._joins[key] = replace(join, ok=0, failed=0, decided=None)
+            self._joins[key] = replace(join, ok=0, failed=0, decided=None, ends=0, declined=0)
             self.writes += 1
         return self._joins[key]
 
@@ -122,10 +122,21 @@ class InMemoryStore:
         return copy.deepcopy(self._items.get((execution_id, step, idx)))
 
     def commit_item(
-        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
+        self,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        result: Any,
+        *,
+        chain_end: bool = False,
     ) -> None:
         record = self._items.get((execution_id, step, idx))
         rule = commit_refused_by(record, attempt.attempt)
+        if record is not None and record.status is StepStatus.NOT_STARTED:
+            raise ConflictError(f"item {idx} was declined", current=copy.deepcopy(record))
         if self._fenced(execution_id, step):
             raise ConflictError(f"item {idx}: the join is decided", current=copy.deepcopy(record))
         if rule is not None:
@@ -136,13 +147,24 @@ class InMemoryStore:
         self._items[(execution_id, step, idx)] = replace(
             done, result=copy.deepcopy(result), finished_at=attempt.finished_at
         )
-        self._count(execution_id, step, ok=1)
+        self._count(execution_id, step, ok=1, ends=int(chain_end))
 
     def fail_item(
-        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, *, final: bool
+        self,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        *,
+        final: bool,
+        chain_end: bool = False,
     ) -> bool:
         record = self._items.get((execution_id, step, idx))
         if failure_refused_by(record, attempt.attempt) is not None or (final and self._fenced(execution_id, step)):
+            return False
+        if record is not None and record.status is StepStatus.NOT_STARTED:
             return False
         base = record or StepRecord(execution_id, idx, name, StepStatus.RUNNING, started_at=attempt.started_at)
         self._items[(execution_id, step, idx)] = replace(
@@ -153,7 +175,7 @@ class InMemoryStore:
             finished_at=attempt.finished_at if final else base.finished_at,
         )
         if final:
-            self._count(execution_id, step, failed=1)
+            self._count(execution_id, step, failed=1, ends=int(chain_end))
         else:
             self.writes += 1
         return True
@@ -163,9 +185,20 @@ class InMemoryStore:
         join = self._joins.get((execution_id, step))
         return join is None or join.decided is not None
 
-    def _count(self, execution_id: str, step: int, *, ok: int = 0, failed: int = 0) -> None:
+    def decline_item(self, execution_id: str, step: int, name: str, idx: int, shards: int) -> bool:
+        if (execution_id, step, idx) in self._items or self._fenced(execution_id, step):
+            return False
+        self._items[(execution_id, step, idx)] = StepRecord(execution_id, idx, name, StepStatus.NOT_STARTED)
+        self._count(execution_id, step, declined=1)
+        return True
+
+    def _count(
+        self, execution_id: str, step: int, *, ok: int = 0, failed: int = 0, ends: int = 0, declined: int = 0
+    ) -> None:
         join = self._joins[(execution_id, step)]
-        self._joins[(execution_id, step)] = replace(join, ok=join.ok + ok, failed=join.failed + failed)
+        self._joins[(execution_id, step)] = replace(
+            join, ok=join.ok + ok, failed=join.failed + failed, ends=join.ends + ends, declined=join.declined + declined
+        )
         self.writes += 2
 
     def fan_items(self, execution_id: str, step: int, shards: int, start: int, count: int) -> list[StepRecord]:

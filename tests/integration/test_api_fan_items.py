@@ -38,19 +38,22 @@ def deliver(fn: Functions, count: int) -> int:
     return done
 
 
-def test_a_failed_maps_items_carry_their_attempts_and_statuses(fn: Functions) -> None:
+def test_a_maps_failed_item_carries_its_attempts_and_status_in_the_batch(fn: Functions) -> None:
     with freeze_time("2026-12-01T10:00:00Z") as frozen:
         start_lines(fn, "m1", [line(0), BAD, line(2)])
         for _ in range(6):  # each round lets the bad line's retry delay pass
             fn.drain()
             frozen.tick(10)
-            if fn.api("GET", "/executions/m1")[1]["status"] == "FAILED":
+            if fn.api("GET", "/executions/m1")[1]["status"] == "COMPLETED":
                 break
         body = fn.api("GET", "/executions/m1/history")[1]
-    assert body["state"]["kind"] == "failed"
-    (prices,) = [s for s in body["steps"] if s["phase"] == "forward"]
-    assert (prices["name"], prices["kind"], prices["status"]) == ("prices", "map", "FAILED")
-    assert (prices["n"], prices["ok"], prices["failed"], prices["decided"]) == (3, 2, 1, "FAILED")
+        ex = fn.api("GET", "/executions/m1")[1]
+    assert body["state"]["kind"] == "completed", "a failed line does not fail the order: the batch says"
+    assert ex["output"]["unpriced"] == [1] and ex["output"]["total"] == 6.0
+    assert ex["output"]["prices:batch"]["reason"] == "ALL_COMPLETED"
+    prices = next(s for s in body["steps"] if s["phase"] == "forward")
+    assert (prices["name"], prices["kind"], prices["status"]) == ("prices", "map", "COMPLETED")
+    assert (prices["n"], prices["ok"], prices["failed"], prices["decided"]) == (3, 2, 1, "SUCCEEDED")
     assert prices["items_next"] is None
     items = prices["items"]
     assert [(i["index"], i["status"], len(i["attempts"])) for i in items] == [
@@ -63,8 +66,7 @@ def test_a_failed_maps_items_carry_their_attempts_and_statuses(fn: Functions) ->
     assert items[1]["attempts"][0]["error"]["type"] == "ValueError"
     assert items[1]["attempts"][0]["retry_delay"] is not None and items[1]["attempts"][-1]["retry_delay"] is None
     assert all(i["duration_seconds"] is not None for i in items)
-    assert prices["error"]["type"] == "FanoutFailed" and prices["attempts"] == []
-    assert body["pending"] == [], "a failed execution has nothing pending"
+    assert body["pending"] == [], "an ended execution has nothing pending"
 
 
 def test_a_running_maps_items_so_far_hang_on_its_pending_row(fn: Functions, monkeypatch: pytest.MonkeyPatch) -> None:

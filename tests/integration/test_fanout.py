@@ -70,6 +70,10 @@ def reg(lines: Lines) -> Registry:
         "tolerant",
         [map(items=lines_of, run=lines.price, name="price", max_concurrency=3, tolerated_failures=2), step(total)],
     )
+    fail_fast = map(
+        items=lines_of, run=lines.price, name="price", max_concurrency=3, tolerated_failures=2, on_failure="fail"
+    )
+    add_workflow(reg, "tolerant_fail", [fail_fast, step(total)])
     add_workflow(
         reg,
         "quorum",
@@ -133,7 +137,9 @@ def test_an_empty_parallel_is_over_as_it_opens_and_the_next_step_runs(rig):
     rig.engine.start("no_branches", {}, execution_id="e0")
     rig.driver.pump(max_batches=20)
     ex = rig.engine.get("e0")
-    assert ex.status.value == "COMPLETED" and ex.context == {"authorized": True}
+    assert ex.status.value == "COMPLETED" and ex.context["authorized"] is True
+    batch = ex.context["nothing:batch"]
+    assert (batch["reason"], batch["total"], batch["failed"]) == ("ALL_COMPLETED", 0, 0), "an empty batch"
     assert not [s for s in rig.queue.sent if s.message.kind is MessageKind.ITEM], "no item to send"
     rig.store.assert_versions_contiguous()
 
@@ -166,7 +172,7 @@ def test_per_item_retries_follow_the_items_policy(rig, lines):
 def test_failure_past_tolerance_fails_the_execution_and_stops_new_items(rig, lines):
     for i in (0, 1, 2):
         lines.fail[i] = -1
-    start(rig, "tolerant", 20, "t1")
+    start(rig, "tolerant_fail", 20, "t1")
     rig.driver.pump(max_batches=200)
     ex = rig.engine.get("t1")
     assert ex.status.value == "FAILED"
@@ -306,7 +312,10 @@ def test_results_too_big_for_the_execution_stay_in_the_item_records_and_page(aws
     assert ex.status.value == "COMPLETED"
     assert ex.context["rows"] == {"$loom": "results", "step": 0, "count": 30, "stored": True}
     assert ex.context["rows_read"] == 30 and ex.context["in_order"] is True
-    assert rig.engine.store.get_step("big1", 0, "rows").result == {"rows": ex.context["rows"]}
+    batch = ex.context["rows:batch"]
+    assert (batch["reason"], batch["succeeded"], batch["failed"]) == ("ALL_COMPLETED", 30, 0), "the batch stays inline"
+    stored = {"rows": ex.context["rows"], "rows:batch": batch}
+    assert rig.engine.store.get_step("big1", 0, "rows").result == stored
 
 
 def test_at_10000_items_the_join_record_and_the_execution_stay_small(aws, make_engine, clock, reg):
@@ -385,7 +394,7 @@ def test_a_catch_on_a_failed_fanout_lets_the_workflow_go_on(aws, make_engine, cl
     def after(ctx: Any) -> dict[str, Any]:
         return {"after": ctx.data["degraded"]}
 
-    add_workflow(reg, "caught", [parallel(ok, refuse, name="both", catch=handler), step(after)])
+    add_workflow(reg, "caught", [parallel(ok, refuse, name="both", catch=handler, on_failure="fail"), step(after)])
     rig = build_rig(aws, make_engine, clock, reg)
     rig.engine.start("caught", {}, execution_id="k1")
     rig.driver.pump(max_batches=50)

@@ -66,6 +66,7 @@ def reg(shop: Shop) -> Registry:
         step(shop.do("reserve"), compensate=shop.undo("reserve")),
         step(shop.do("authorize", fail=True), compensate=shop.undo("authorize")),
         name="prepare",
+        on_failure="fail",  # a declined card undoes the reservation instead of shipping without payment
     )
     add_workflow(reg, "declined", [failing, step(shop.do("ship"), name="ship")], retry=QUICK)
 
@@ -84,6 +85,7 @@ def reg(shop: Shop) -> Registry:
         step(shop.do("authorize", fail=True), compensate=shop.undo("authorize")),
         name="prepare",
         catch=fallback_down,
+        on_failure="fail",
     )
     add_workflow(reg, "declined_caught", [caught, step(shop.do("ship"), name="ship")], retry=QUICK)
 
@@ -99,6 +101,7 @@ def reg(shop: Shop) -> Registry:
         max_concurrency=2,
         compensate=shop.undo("hold"),
         catch=fallback_down,
+        on_failure="fail",
     )
     add_workflow(reg, "held_caught", [caught_map, step(shop.do("ship"), name="ship")], retry=QUICK)
 

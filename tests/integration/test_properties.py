@@ -51,7 +51,9 @@ from engine import (
     step,
 )
 from engine.adapters.dynamodb import PARKED_KEY, DynamoStore
+from engine.batch_result import key as batch_key
 from engine.errors import AlreadyTerminal, CompensationNotDeployed, LoomError
+from engine.fan_results import in_order
 from engine.fanout_spec import FanoutSpec
 from engine.fanout_spec import map as fan_map
 from engine.messages import MessageKind, StepMessage
@@ -233,13 +235,20 @@ def poll_pages(ctx: Any, state: dict[str, Any]) -> Any:
     return result
 
 
+FAN_WORKFLOWS = ("fan", "fan_strict")
+
+
 def fan_item(ctx: Any) -> dict[str, Any]:
     """An item of the ``fan`` map: item 1 fails as often as step "f" would (3: for good)."""
     model: Model = ctx.services["model"]
     assert ctx.idempotency_key == f"{ctx.execution_id}:{ctx.step_index}:{ctx.item_index}"
     _while_running(model, ctx)
     # In the composites "f" is the caught step's knob: their items never fail.
-    if ctx.workflow == "fan" and ctx.item_index == 1 and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0)):
+    if (
+        ctx.workflow in FAN_WORKFLOWS
+        and ctx.item_index == 1
+        and ctx.attempt <= int(ctx.data.get("fails", {}).get("f", 0))
+    ):
         raise Flaky(f"item 1 fails attempt {ctx.attempt}")
     result = {"i": ctx.item, "r": f"i#{next(model.tokens)}"}
     model.items[(ctx.execution_id, ctx.item_index)].append(result)
@@ -301,8 +310,13 @@ def registry() -> Registry:
     saga = [make_step("a", undo=True), make_step("m"), make_step("n", undo=True), make_step("f", undo=True)]
     add_workflow(reg, "saga", saga, retry=quick)
     add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
-    items = fan_map(items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2)
-    add_workflow(reg, "fan", [make_step("a"), items, make_step("z")], retry=quick)
+    # "fan" closes as a batch (item 1's failure stops new starts, the rest is declined, "z" runs);
+    # "fan_strict" fails at its fan-out instead (on_failure="fail").
+    for name, on_failure in (("fan", "batch"), ("fan_strict", "fail")):
+        items = fan_map(
+            items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2, on_failure=on_failure
+        )
+        add_workflow(reg, name, [make_step("a"), items, make_step("z")], retry=quick)
     add_workflow(reg, "composite", composite(refuse=False), retry=quick)
     add_workflow(reg, "composite_undone", composite(refuse=True), retry=quick)
     poll = wait_until(poll_pages, every=30, initial_state={"log": []}, max_checks=6, name="f")
@@ -988,13 +1002,21 @@ class EngineMachine(RuleBasedStateMachine):
     def _check_fan(self, ex: Any, record: Any) -> None:
         """The join happened once, with every item counted once and the results in item order."""
         join, items = self._check_fan_counts(ex, record.index)
-        assert join.decided == "SUCCEEDED" and join.ok == join.n
-        results = [r.result for r in items]
-        name = REGISTRY.get(ex.workflow).steps[record.index].name
-        assert record.result == {name: results}, "the join committed other results than the items'"
+        spec = REGISTRY.get(ex.workflow).steps[record.index]
+        assert isinstance(spec, FanoutSpec) and join.decided == "SUCCEEDED"
+        results, name = in_order(items, join.n), spec.name
+        batch = record.result[batch_key(name)]
+        assert record.result == {name: results, batch_key(name): batch}, "the join committed other results"
+        assert (batch["succeeded"], batch["failed"]) == (join.ok, join.failed), "the batch miscounts its items"
+        assert batch["reason"] == spec.policy.reason(join.n, join.ok, join.failed).value
+        final = (StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.NOT_STARTED)
+        assert all(r.status in final for r in items), f"{ex.id}: an item still ran when its batch closed"
+        if join.ok + join.failed < join.n:
+            assert join.ends + join.declined == join.slots, f"{ex.id}: a slot was left running"
+            event("fan-out closed early as a batch")
         if ex.current_step > record.index:
-            assert ex.context[name] == results
-        event("fan-out joined")
+            assert ex.context[name] == results and ex.context[batch_key(name)] == batch
+        event("fan-out joined" if not join.failed else "fan-out joined with failures in its batch")
 
     def _check_fan_counts(self, ex: Any, index: int) -> tuple[Any, list[Any]]:
         """Each item final at most once, and counted exactly once on the join record."""
@@ -1004,6 +1026,8 @@ class EngineMachine(RuleBasedStateMachine):
         items = self.store.inner.fan_items(ex.id, index, join.shards, 0, join.n)
         assert join.ok == sum(r.status is StepStatus.COMPLETED for r in items), f"{ex.id}: ok miscounted"
         assert join.failed == sum(r.status is StepStatus.FAILED for r in items), f"{ex.id}: failed miscounted"
+        declined = sum(r.status is StepStatus.NOT_STARTED for r in items)
+        assert join.declined == declined, f"{ex.id}: a declined slot miscounted"
         for r in items:
             done = [a for a in r.attempts if a.outcome == "completed"]
             assert len(done) <= 1 and len({a.attempt for a in r.attempts}) == len(r.attempts), r

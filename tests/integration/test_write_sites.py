@@ -55,6 +55,9 @@ KINDS: dict[str, str] = {
     "DynamoStore.decide_join <- fanout.finish <- fanout.after_final": "parallel",
     "DynamoStore.delete_schedule <- schedules.carry_out <- schedules.fire_due": "schedules",
     "DynamoStore.fail_item <- fanout._failed <- fanout._attempt": "items",
+    # A batch that may start no item declines its slots' next ones (engine/fanout.py).
+    "DynamoStore.decline_item <- fanout._decline <- fanout.after_final": "declined",
+    "DynamoStore.decide_join <- fanout.finish <- fanout._decline": "declined",
     "DynamoStore.note_parked <- sweeper.Backlog.parked_since <- sweeper._judge": "lost_message",
     "DynamoStore.open_join <- fanout.open_fanout <- fanout.drive": "parallel",
     "DynamoStore.put_execution <- attempts.advance <- catching._run_marked": "composite_caught",

@@ -42,6 +42,7 @@ STORE_WRITES = frozenset(
         "decide_join",
         "commit_item",
         "fail_item",
+        "decline_item",
         "put_schedule",
         "delete_schedule",
         "retain",

@@ -187,6 +187,15 @@ def registry(world: World) -> Registry:
             ],
             QUICK,
         ),
+        # No tolerance, one at a time: item 1's failure stops the batch and its slot declines item 2.
+        build_spec(
+            "declined",
+            [
+                map(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", max_concurrency=1),
+                world.lands("z"),
+            ],
+            QUICK,
+        ),
         build_spec(
             "slow_map",
             [map(items=lambda ctx: [0, 1, 2, 3], run=world.slow_item, name="slow", max_concurrency=1)],
@@ -642,6 +651,7 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "caught": plain("caught"),
     "uncaught": plain("uncaught"),
     "items": plain("items"),
+    "declined": plain("declined"),
     "slow_map": plain("slow_map"),
     "undo_items": plain("undo_items"),
     "kid_items": plain("kid_items"),

@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
             "retry",
             "log",
             "join",
+            "batch_result",
             "history_rules",
             "record_names",
             "workflow",

@@ -40,7 +40,8 @@ def test_an_empty_parallel_completes_and_the_next_step_runs() -> None:
         wt.start("fan_empty", {"order": 1}, execution_id="e1")
         ex = wt.run("e1")
         assert ex.status.value == "COMPLETED"
-        assert ex.context["after"] == ["order"], "nothing merged from the empty fan-out"
+        assert ex.context["after"] == ["nothing:batch", "order"], "only the empty batch merged"
+        assert ex.context["nothing:batch"]["reason"] == "ALL_COMPLETED"
         steps = [(r.name, r.status.value) for r in wt.history("e1")]
         assert steps == [("nothing", "COMPLETED"), ("after", "COMPLETED")]
 

@@ -62,7 +62,9 @@ def _registry(world: World) -> Registry:
 
     @workflow("seam_caught_fanout", registry=reg)
     class CaughtFanout:
-        steps = [parallel(step(reserve, compensate=undo), step(refuse), name="prepare", catch=fallback)]
+        steps = [
+            parallel(step(reserve, compensate=undo), step(refuse), name="prepare", catch=fallback, on_failure="fail")
+        ]
         retry = ONCE
 
     @workflow("seam_strict", registry=reg)
