@@ -19,6 +19,7 @@ SCENARIOS = (
     "child_crash",
     "saga_compensation",
     "fanout_join",
+    "fanout_batch",
     "composite_saga",
     "schedule_overlap",
     "redeploy",

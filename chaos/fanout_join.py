@@ -35,7 +35,7 @@ CRASH_ITEM = 1
 WINDOW = 3  # chaos.workflows.chaos_fanout's max_concurrency
 
 
-def _copy_first_window(t: Target, ids: list[str], copied: set[str]) -> int:
+def copy_first_window(t: Target, ids: list[str], copied: set[str]) -> int:
     """A copy of each first-window item's message, once per execution, once its join exists."""
     sent = 0
     for eid in ids:
@@ -49,7 +49,7 @@ def _copy_first_window(t: Target, ids: list[str], copied: set[str]) -> int:
     return sent
 
 
-def _copy_items(t: Target, ids: list[str], copied: set[str]) -> int:
+def copy_items(t: Target, ids: list[str], copied: set[str]) -> int:
     sent = 0
     for m in faults.peek(t):
         body = m.get("Body", "")
@@ -95,7 +95,7 @@ def run(t: Target, r: Result) -> None:
         deadline = swept = time.monotonic() + max(60.0, 4 * t.lease + 30)
         swept -= 1e9
         while time.monotonic() < deadline:
-            copies += _copy_first_window(t, ids, copied) + _copy_items(t, ids, copied)
+            copies += copy_first_window(t, ids, copied) + copy_items(t, ids, copied)
             states = [w.latest(eid) for eid in ids]
             if all(ex is not None and ex.terminal for ex in states):
                 break

@@ -193,6 +193,33 @@ class Fanout:
     retry = RetryPolicy(max_attempts=3, base=0.5, max_delay=1, jitter="none")
 
 
+def priced_or_refused(ctx: StepContext) -> dict[str, Any]:
+    """An item of ``chaos_fanout_batch``: a line the input lists in ``refuse`` fails for good."""
+    if ctx.item_index in (ctx.data.get("refuse") or []):
+        raise NonRetryableError(f"line {ctx.item_index} cannot be priced (chaos batch)")
+    return price_line(ctx)
+
+
+def _batch_report(ctx: StepContext) -> dict[str, Any]:
+    ledger = _ledger(ctx)
+    if ledger is not None:
+        ledger.ran(ctx.idempotency_key)
+    batch = ctx.batch("prices")
+    return _land(ctx, "report", reason=batch.reason.value, failed=batch.failed, not_started=batch.not_started)
+
+
+@workflow("chaos_fanout_batch")
+class FanoutBatch:
+    """A map over the input's lines (window 3, no tolerance) whose refused lines end the batch
+    early; the step after reads the batch result."""
+
+    steps = [
+        map(items=_lines, run=priced_or_refused, name="prices", max_concurrency=3),
+        step(_batch_report, name="report"),
+    ]
+    retry = RetryPolicy(max_attempts=2, base=0.5, max_delay=1, jitter="none")
+
+
 # ---------------------------------------------------------------- the composite: every primitive at once
 
 

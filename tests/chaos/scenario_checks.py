@@ -26,6 +26,7 @@ GROUPS: tuple[tuple[str, ...], ...] = (
         "lost_timer",
         "schedule_overlap",
         "redeploy",
+        "fanout_batch",
     ),
     (
         "crash_after_checkpoint",
@@ -153,6 +154,13 @@ def _fanout_join(r: Result) -> None:
         assert items["ok"] == 6 and len(items["versions_at_step_1"]) >= 1, items
 
 
+def _fanout_batch(r: Result) -> None:
+    assert r.evidence["copies"] > 0
+    for batch in r.evidence["batches"].values():
+        assert batch["failed"] == [1] and batch["declined"], batch  # line 1's slot declines line 4 at least
+        assert not set(batch["declined"]) & set(batch["ok"]), batch
+
+
 def _composite_saga(r: Result) -> None:
     roles = r.evidence["roles"]
     assert r.evidence["killed"] and r.evidence["copies"] >= 9
@@ -183,6 +191,7 @@ CHECKS: dict[str, Callable[[Result], None]] = {
     "child_crash": _child_crash,
     "saga_compensation": _saga_compensation,
     "fanout_join": _fanout_join,
+    "fanout_batch": _fanout_batch,
     "composite_saga": _composite_saga,
     "schedule_overlap": _schedule_overlap,
     "redeploy": _redeploy,
