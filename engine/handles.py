@@ -35,11 +35,11 @@ from engine import attempts, definitions
 from engine import transitions as tr
 from engine.callbacks import SECRET_BYTES, Action, Completion, body_hash, check_body
 from engine.errors import (
-    CallbackFailed,
     CallbackNotFound,
-    CallbackTimeout,
     ConflictError,
-    HeartbeatTimeout,
+    HandleFailed,
+    HandleHeartbeatTimeout,
+    HandleTimeout,
     MalformedToken,
     PayloadTooLarge,
     ResultTooLarge,
@@ -172,13 +172,14 @@ def timed_out(h: Handle, now: float) -> Handle:
 
 
 def failure_of(h: Handle | None) -> Exception:
+    """Non-retryable: a retry would read the same handle again (its catch handler takes over)."""
     if h is None:
-        return CallbackFailed("a callback handle this wait awaits does not exist")
+        return HandleFailed("a callback handle this wait awaits does not exist")
     error = h.error or {}
     if h.status is HandleStatus.TIMED_OUT:
         message = str(error.get("message", ""))
-        return HeartbeatTimeout(message) if error.get("type") == "HeartbeatTimeout" else CallbackTimeout(message)
-    return CallbackFailed(f"callback {h.name!r}: {error.get('type', 'Failed')}: {error.get('message', '')}")
+        return HandleHeartbeatTimeout(message) if error.get("type") == "HeartbeatTimeout" else HandleTimeout(message)
+    return HandleFailed(f"callback {h.name!r}: {error.get('type', 'Failed')}: {error.get('message', '')}")
 
 
 def marker(st: CallbackHandleSpec, step: int) -> dict[str, Any]:

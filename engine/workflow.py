@@ -261,8 +261,6 @@ WaitSpec = CallbackSpec | SignalSpec | PollSpec | ChildSpec
 WAIT_SPECS = (CallbackSpec, SignalSpec, PollSpec, ChildSpec)
 # The waits that park the execution WAITING (a poll runs its check as a step instead).
 PARKING_WAITS = (CallbackSpec, SignalSpec, ChildSpec, CallbacksWaitSpec)
-# A handle's wait fails for good once (its handles cannot be created again): no retries.
-ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
 Spec = StepSpec | SleepSpec
 
@@ -403,7 +401,9 @@ def wait_for_callbacks(*names: str, name: str | None = None, catch: CatchFn | No
     """Wait WAITING until every named handle is completed (no names: every handle created
     before it that no earlier wait awaits). Each completion's result lands in the context
     under its handle's name; a failure, a timeout or a missed heartbeat of any fails the step
-    for good (``catch(ctx, error)`` runs if given: a handle cannot be created again)."""
+    for good (non-retryable ``HandleFailed``, ``HandleTimeout``, ``HandleHeartbeatTimeout``: a
+    handle is not created again); ``catch(ctx, error)`` then runs if given, with the workflow's
+    retry policy."""
     for handle in names:
         _wait_name(handle, "callback name")
     if len(set(names)) != len(names):
@@ -411,7 +411,7 @@ def wait_for_callbacks(*names: str, name: str | None = None, catch: CatchFn | No
     if name is not None:
         _wait_name(name, "step name")
     _check_catch(catch, name or "wait_for_callbacks")
-    return CallbacksWaitSpec(fn=_nothing, name=name or "", retry=ONE_ATTEMPT, handles=tuple(names), catch=catch)
+    return CallbacksWaitSpec(fn=_nothing, name=name or "", handles=tuple(names), catch=catch)
 
 
 def wait_for_signal(
