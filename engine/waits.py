@@ -62,9 +62,9 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
 
 def deliver_kept(parts: Parts, execution_id: str) -> None:
     """After a resume: what came for the wait while the execution was BLOCKED applies now (a
-    kept signal is delivered, a kept callback completion rolled forward)."""
-    if not signals.deliver_kept(parts, execution_id):
-        callbacks.finish_kept(parts, execution_id)
+    kept signal is delivered, a kept callback completion rolled forward, a handles wait settled)."""
+    if not signals.deliver_kept(parts, execution_id) and not callbacks.finish_kept(parts, execution_id):
+        handles.wake(parts, execution_id)  # completions kept on its handles settle the wait
 
 
 def needs_fence(ex: Execution) -> bool:
