@@ -244,7 +244,7 @@ def test_the_workload_makes_every_named_write_and_no_unnamed_one(bench: Bench) -
 _CALM: dict[str, object] = {}
 
 
-# 81 cases, about 140 s of CPU: the slow tier (CI runs it), so that the README's test command
+# 102 cases (the first 81 took about 140 s of CPU): the slow tier (CI runs it), so that the README's test command
 # stays within its 8 minutes; the enumeration itself (the two tests above) runs by default.
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
