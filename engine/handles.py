@@ -360,14 +360,14 @@ def _completed(parts: Parts, ex: Execution, h: Handle, action: Action, body: Any
         if h.heartbeat_timeout is None:
             return h
         return replace(h, heartbeat_deadline=now + h.heartbeat_timeout, version=h.version + 1)
-    common = {"body": digest, "completed_at": now, "version": h.version + 1}
+    done = replace(h, body=digest, completed_at=now, version=h.version + 1)
     if action is Action.FAIL:
-        return replace(h, status=HandleStatus.FAILED, error=body["error"], **common)
+        return replace(done, status=HandleStatus.FAILED, error=body["error"])
     try:
         result = attempts.check_result(ex, body.get("result"))
     except ResultTooLarge as exc:
         raise PayloadTooLarge(f"the callback's result is too large: {exc}") from exc
-    return replace(h, status=HandleStatus.SUCCEEDED, result=result, **common)
+    return replace(done, status=HandleStatus.SUCCEEDED, result=result)
 
 
 def _answer(parts: Parts, ex: Execution, h: Handle, action: Action, *, repeat: bool) -> Completion:

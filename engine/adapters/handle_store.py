@@ -19,7 +19,7 @@ from engine.adapters.aws_errors import mapped
 from engine.adapters.write_token import ALL_OLD, TOKEN, conditional, new_token
 from engine.errors import ConflictError
 from engine.limits import check_item, utf8_len
-from engine.state import Handle, canonical_json
+from engine.state import Handle, HandleStatus, canonical_json
 
 PK, SK = "PK", "SK"
 _NUMBERS = ("deadline", "heartbeat_timeout", "heartbeat_deadline", "completed_at")
@@ -67,20 +67,27 @@ def handle_item(handle: Handle, token: str) -> dict[str, Any]:
 
 
 def handle_from(item: dict[str, Any]) -> Handle:
-    eid = item[PK]["S"].removeprefix("EXEC#")
-    numbers = {name: float(item[name]["N"]) for name in _NUMBERS if name in item}
-    decoded = {name: json.loads(item[name]["S"]) for name in _JSON if name in item}
+    def number(name: str) -> float | None:
+        return float(item[name]["N"]) if name in item else None
+
+    def decoded(name: str) -> Any:
+        return json.loads(item[name]["S"]) if name in item else None
+
     return Handle(
-        execution_id=eid,
+        execution_id=item[PK]["S"].removeprefix("EXEC#"),
         step=int(item[SK]["S"].removeprefix("CB#")),
         name=item["name"]["S"],
         secret=item["secret"]["S"],
         created_at=float(item["created_at"]["N"]),
-        status=item["status"]["S"],  # type: ignore[arg-type]  # Handle converts it
+        deadline=number("deadline"),
+        heartbeat_timeout=number("heartbeat_timeout"),
+        heartbeat_deadline=number("heartbeat_deadline"),
+        status=HandleStatus(item["status"]["S"]),
+        result=decoded("result"),
+        error=decoded("error"),
         body=item["body"]["S"] if "body" in item else None,
+        completed_at=number("completed_at"),
         version=int(item["version"]["N"]),
-        **numbers,
-        **decoded,
     )
 
 

@@ -163,7 +163,9 @@ def test_a_handle_timeout_fails_the_wait_for_good_and_catch_runs(t: WorkflowTest
     ex = t.run("e1")
     assert ex is not None and ex.status.value == "COMPLETED" and ex.context["fallback"] == "HandleTimeout"
     # Caught: the handles' markers stay where their results would have landed.
-    assert [e["type"] for e in out.caught] == ["HandleTimeout"] and out.after == [{"a": ex.context["a"], "b": ex.context["b"]}]
+    assert [e["type"] for e in out.caught] == ["HandleTimeout"] and out.after == [
+        {"a": ex.context["a"], "b": ex.context["b"]}
+    ]
     with pytest.raises(WaitEnded):
         t.complete_callback(out.token("a"), {"too": "late"})
     handle = t.store.get_handle("e1", 0)
