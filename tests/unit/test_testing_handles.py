@@ -146,3 +146,14 @@ def test_wait_decisions() -> None:
     assert timed_out(pending, 20).error["type"] == "HeartbeatTimeout"  # type: ignore[index]
     assert timed_out(pending, 60).error["type"] == "HeartbeatTimeout"  # type: ignore[index]  # hb came first
     assert timed_out(_handle(deadline=50.0), 60).error["type"] == "CallbackTimeout"  # type: ignore[index]
+
+
+def test_the_test_reads_a_handles_token_by_name(test: WorkflowTest) -> None:
+    """What loom/testing/README.md shows: ``WorkflowTest.callback_token``."""
+    eid = test.start("order_sign_off", {"order_id": "S-3"})
+    assert test.run(eid).status.value == "WAITING"
+    test.complete_callback(test.callback_token(eid, "warehouse"), {"dock": "D3"})
+    test.complete_callback(test.callback_token(eid, "finance"), {"approved": True})
+    assert test.run(eid).status.value == "COMPLETED"
+    with pytest.raises(KeyError):
+        test.callback_token(eid, "reservation")
