@@ -157,3 +157,15 @@ def test_the_test_reads_a_handles_token_by_name(test: WorkflowTest) -> None:
     assert test.run(eid).status.value == "COMPLETED"
     with pytest.raises(KeyError):
         test.callback_token(eid, "reservation")
+
+
+def test_a_redrive_of_a_failed_handles_wait_fails_again_at_once(test: WorkflowTest, ledger: MemoryLedger) -> None:
+    """DESIGN.md, "Callback handles" 5: the handle is read again, not created again."""
+    eid = test.start("order_sign_off", {"order_id": "S-4"})
+    test.run(eid)
+    test.fail_callback(test.callback_token(eid, "finance"), "Declined", "over budget")
+    assert test.run(eid).error["type"] == "HandleFailed"  # type: ignore[index]
+    test.engine.redrive_failed(eid)
+    ex = test.run(eid)
+    assert ex.status.value == "FAILED" and ex.error is not None and ex.error["type"] == "HandleFailed"
+    assert len(_requests(ledger, eid)) == 2  # no new tokens were sent
