@@ -60,7 +60,16 @@ def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
         log=execution_log(ex).bind(step_name=st.name),
         services=parts.services,
         pages=fan_results.reader(parts, ex.id),
+        tokens=lambda step: _token(parts, ex.id, step),
     )
+
+
+def _token(parts: Parts, execution_id: str, step: int) -> str:
+    """A callback handle's token, read from its item (engine/handles.py) when a step asks."""
+    handle = parts.store.get_handle(execution_id, step)
+    if handle is None:
+        raise KeyError(f"no callback handle was created by step {step}")
+    return handle.token
 
 
 def check_result(ex: Execution, result: Any) -> dict[str, Any] | None:

@@ -222,7 +222,7 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
     ``ExecutionBlocked`` (409, retry later: a failure while its definition is not deployed).
     """
     tok = parse(text)
-    _check_body(action, body)
+    check_body(action, body)
     ex = parts.store.get_execution(tok.execution_id)
     if ex is None:
         raise CallbackNotFound("no wait is waiting for this callback token")
@@ -247,7 +247,7 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
     return _fail(parts, ex, spec, st, tok, body["error"], digest, log)
 
 
-def _check_body(action: Action, body: Any) -> None:
+def check_body(action: Action, body: Any) -> None:
     if action is Action.HEARTBEAT:
         if body not in (None, {}):
             raise InvalidInput("a heartbeat takes no body (or {})")

@@ -95,6 +95,8 @@ def _resumed(parts: Parts, ex: Execution, now: float) -> Execution:
         return new
     if w.kind is WaitKind.CHILD:
         return replace(new, status=Status.RUNNING, wait=None, next_wake_at=now + parts.config.lease_seconds)
+    if w.kind is WaitKind.HANDLES:
+        return replace(new, next_wake_at=now)  # a completion kept on a handle meanwhile: settle it
     if w.kind is not WaitKind.CALLBACK:
         return new
     record = parts.store.get_step(ex.id, ex.current_step, w.name)

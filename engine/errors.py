@@ -229,6 +229,22 @@ class ChildFailed(Exception):
     """The child execution ended FAILED or CANCELLED."""
 
 
+# --- how a callback handle's wait fails (engine/handles.py): for good, a retry would read the
+# same handle again; a catch handler takes over. Each is also its single-wait kin, for filters.
+
+
+class HandleFailed(CallbackFailed, NonRetryableError):
+    """The outside system completed a callback handle the wait awaits with a failure."""
+
+
+class HandleTimeout(CallbackTimeout, NonRetryableError):
+    """A callback handle the wait awaits was not completed before its timeout."""
+
+
+class HandleHeartbeatTimeout(HeartbeatTimeout, NonRetryableError):
+    """No heartbeat came for a callback handle the wait awaits within its heartbeat timeout."""
+
+
 # --- how a fan-out step fails (engine/fanout.py): non-retryable, a catch or compensation takes over ---
 
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from engine.join import JoinRecord
 from engine.messages import StepMessage
-from engine.state import Attempt, Execution, ScheduleCursor, Signal, StepRecord
+from engine.state import Attempt, Execution, Handle, ScheduleCursor, Signal, StepRecord
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,15 @@ class Store(Protocol):
 
     def consume_signal(self, execution_id: str, name: str, key: str, by: str) -> None:
         """Mark it consumed by ``by`` (idempotent); ``ConflictError`` if another wait took it."""
+
+    # callback handles (engine/handles.py)
+    def create_handle(self, handle: Handle) -> Handle:
+        """Keep a new handle; if one is there for its step already, that one (unchanged)."""
+
+    def get_handle(self, execution_id: str, step: int) -> Handle | None: ...
+
+    def put_handle(self, handle: Handle, *, expected_version: int) -> None:
+        """Replace the handle if its stored version is ``expected_version``; ``ConflictError`` if not."""
 
     def due(self, shard: int, now: float, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
         """Ids of executions in ``shard`` whose next_wake_at <= now, oldest first."""

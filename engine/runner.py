@@ -10,7 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine import attempts, callbacks, catching, children, compensation, definitions, fan_undo, fanout, signals, steps
+from engine import (
+    attempts,
+    callbacks,
+    catching,
+    children,
+    compensation,
+    definitions,
+    fan_undo,
+    fanout,
+    handles,
+    signals,
+    steps,
+)
 from engine import transitions as tr
 from engine.error_report import error_info
 from engine.errors import ConflictError, LoomError, UnknownWorkflow, WorkerLost, WorkflowDefinitionError
@@ -31,7 +43,17 @@ from engine.verdicts import (
     needs_guard,
     run_is_covered,
 )
-from engine.workflow import PARKING_WAITS, CallbackSpec, ChildSpec, SignalSpec, SleepSpec, StepSpec, WorkflowSpec
+from engine.workflow import (
+    PARKING_WAITS,
+    CallbackHandleSpec,
+    CallbackSpec,
+    CallbacksWaitSpec,
+    ChildSpec,
+    SignalSpec,
+    SleepSpec,
+    StepSpec,
+    WorkflowSpec,
+)
 
 Remaining = Callable[[], float]
 
@@ -137,7 +159,9 @@ def handle_link(
         if check.verdict is MessageVerdict.WAKE or isinstance(st, SleepSpec):
             return steps.wake(parts, ex)  # a wake message, or a redriven sleep: finish it
         if isinstance(st, PARKING_WAITS):
-            return begin_wait(parts, ex, spec, st)  # callbacks, signals, children
+            return begin_wait(parts, ex, spec, st)  # callbacks, signals, children, handles
+        if isinstance(st, CallbackHandleSpec):
+            return handles.create(parts, ex, spec, st)  # no user code: nothing to guard or time
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
         return attempts.fail_execution(parts, ex, exc, st_name=None)
@@ -162,6 +186,8 @@ def begin_wait(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) ->
         return signals.begin(parts, ex, spec, st)
     if isinstance(st, ChildSpec):
         return children.begin(parts, ex, spec, st)
+    if isinstance(st, CallbacksWaitSpec):
+        return handles.begin(parts, ex, spec, st)
     raise TypeError(f"{type(st).__name__} is not a wait")
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import callbacks, control, runner, schedules, signals, sweeper
+from engine import callbacks, control, handles, runner, schedules, signals, sweeper
 from engine.clock import Clock
 from engine.config import EngineConfig
 from engine.errors import LoomError
@@ -71,6 +71,8 @@ class Engine:
 
     # waits (engine/callbacks.py, engine/signals.py)
     def complete_callback(self, token: str, action: str, body: Any = None) -> callbacks.Completion:
+        if handles.is_handle_token(token):  # a handle's (create_callback), else a wait's own
+            return handles.complete(self, token, callbacks.Action(action), body)
         return callbacks.complete(self, token, callbacks.Action(action), body)
 
     def signal(self, execution_id: str, name: str, payload: Any = None) -> signals.Sent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -65,6 +66,8 @@ class WaitKind(StrEnum):
     SIGNAL = "signal"
     POLL = "poll"
     CHILD = "child"
+    # ``wait_for_callbacks``: the handles it awaits live in their own items (``Handle``).
+    HANDLES = "handles"
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,61 @@ class StepRecord:
     error: dict[str, Any] | None = None
     started_at: float | None = None
     finished_at: float | None = None
+
+
+class HandleStatus(StrEnum):
+    PENDING = "PENDING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"  # its timeout or its heartbeat deadline passed (``error`` says which)
+
+
+HANDLE_TOKEN_PREFIX = "lcb2"
+
+
+@dataclass(frozen=True)
+class Handle:
+    """A callback handle (``create_callback``): one item of the execution, keyed by the index
+    of the step that created it, completed from outside before or while a wait awaits it.
+
+    ``secret`` is kept so that any later step can hand the same token out again
+    (DESIGN.md, "Callback handles"); no view, log or history ever shows it. ``version``
+    makes every change after the creation a conditional write (first completion wins).
+    """
+
+    execution_id: str
+    step: int
+    name: str
+    secret: str
+    created_at: float
+    deadline: float | None = None
+    heartbeat_timeout: float | None = None
+    heartbeat_deadline: float | None = None
+    status: HandleStatus = HandleStatus.PENDING
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    body: str | None = None  # the completion's digest: the same completion again is a repeat
+    completed_at: float | None = None
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", HandleStatus(self.status))
+
+    @property
+    def token(self) -> str:
+        return f"{HANDLE_TOKEN_PREFIX}.{self.execution_id}.{self.step}.{self.secret}"
+
+    @property
+    def token_hash(self) -> str:
+        return hashlib.sha256(self.secret.encode()).hexdigest()
+
+    @property
+    def pending(self) -> bool:
+        return self.status is HandleStatus.PENDING
+
+    def wake_at(self) -> float | None:
+        times = [t for t in (self.deadline, self.heartbeat_deadline) if t is not None]
+        return min(times) if times else None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ each (engine/runner.py).
 
 from __future__ import annotations
 
-from engine import attempts, callbacks, signals
+from engine import attempts, callbacks, handles, signals
 from engine import transitions as tr
 from engine.errors import CallbackTimeout, HeartbeatTimeout, SignalTimeout, WaitTimeout
 from engine.outbox import execution_log
@@ -25,7 +25,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parking import committed, finish_committed, park
 from engine.parts import Parts
 from engine.state import AttemptOutcome, Execution, WaitKind
-from engine.workflow import StepSpec
+from engine.workflow import CallbacksWaitSpec, StepSpec
 
 
 def expire(parts: Parts, ex: Execution) -> LinkResult:
@@ -37,6 +37,8 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
     if committed(record, ex.attempt):
         assert record is not None
         return finish_committed(parts, ex, spec, st, record)
+    if isinstance(st, CallbacksWaitSpec):
+        return handles.settle(parts, ex, spec, st)  # its handles' deadlines (engine/handles.py)
     if needs_fence(ex):
         claimed = park(parts, ex, tr.timing_out_state(ex, parts.clock.now(), parts.config))
         if claimed is None:
@@ -60,9 +62,9 @@ def expire(parts: Parts, ex: Execution) -> LinkResult:
 
 def deliver_kept(parts: Parts, execution_id: str) -> None:
     """After a resume: what came for the wait while the execution was BLOCKED applies now (a
-    kept signal is delivered, a kept callback completion rolled forward)."""
-    if not signals.deliver_kept(parts, execution_id):
-        callbacks.finish_kept(parts, execution_id)
+    kept signal is delivered, a kept callback completion rolled forward, a handles wait settled)."""
+    if not signals.deliver_kept(parts, execution_id) and not callbacks.finish_kept(parts, execution_id):
+        handles.wake(parts, execution_id)  # completions kept on its handles settle the wait
 
 
 def needs_fence(ex: Execution) -> bool:

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
@@ -67,6 +67,18 @@ class StepContext:
     item_index: int | None = None
     # Reads a fan-out step's stored results, paged: (step index, start, count) -> results.
     pages: Callable[[int, int, int], list[Any]] | None = None
+    # Reads a callback handle's token: (index of the step that created it) -> token.
+    tokens: Callable[[int], str] | None = None
+
+    def callback_token(self, name: str) -> str:
+        """The token of callback handle ``name`` (``create_callback``), to hand to the outside
+        world; the same on every call and every retry. The context holds only its handle."""
+        value = self.data.get(name)
+        if not (isinstance(value, Mapping) and value.get("$loom") == "callback"):
+            raise KeyError(f"{name!r} holds no callback handle (is it created by an earlier create_callback?)")
+        if self.tokens is None:
+            raise RuntimeError("this context cannot read callback tokens")
+        return self.tokens(int(value["step"]))
 
     @property
     def idempotency_key(self) -> str:
@@ -235,10 +247,27 @@ class ChildSpec(StepSpec):
     workflow: str = ""
 
 
+@dataclass(frozen=True)
+class CallbackHandleSpec(StepSpec):
+    """``create_callback``: issues a handle (its token readable by later steps) and moves on."""
+
+    wait_timeout: float | None = None
+    heartbeat_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class CallbacksWaitSpec(StepSpec):
+    """``wait_for_callbacks``: WAITING until every handle named is completed (``build_spec``
+    resolves the names to the steps that create them)."""
+
+    handles: tuple[str, ...] = ()
+    handle_steps: tuple[int, ...] = ()
+
+
 WaitSpec = CallbackSpec | SignalSpec | PollSpec | ChildSpec
 WAIT_SPECS = (CallbackSpec, SignalSpec, PollSpec, ChildSpec)
 # The waits that park the execution WAITING (a poll runs its check as a step instead).
-PARKING_WAITS = (CallbackSpec, SignalSpec, ChildSpec)
+PARKING_WAITS = (CallbackSpec, SignalSpec, ChildSpec, CallbacksWaitSpec)
 
 Spec = StepSpec | SleepSpec
 
@@ -350,6 +379,46 @@ def wait_for_callback(
         heartbeat_timeout=_seconds(heartbeat_timeout, "heartbeat_timeout"),
         catch=catch,
     )
+
+
+def create_callback(
+    name: str | None = None,
+    *,
+    timeout: timedelta | float | None = None,
+    heartbeat_timeout: timedelta | float | None = None,
+) -> CallbackHandleSpec:
+    """A step that creates a callback handle and moves on at once: the context gets
+    ``{name: {"$loom": "callback", ...}}`` (never the token), later steps read the token with
+    ``ctx.callback_token(name)``, and a later ``wait_for_callbacks`` waits for its completion.
+
+    ``timeout`` and ``heartbeat_timeout`` count from the creation (a heartbeat pushes the
+    latter). No name: ``callback_<step index>``, stable for the definition.
+    """
+    if name is not None:
+        _wait_name(name, "callback name")
+    return CallbackHandleSpec(
+        fn=_nothing,
+        name=name or "",
+        wait_timeout=_seconds(timeout, "timeout"),
+        heartbeat_timeout=_seconds(heartbeat_timeout, "heartbeat_timeout"),
+    )
+
+
+def wait_for_callbacks(*names: str, name: str | None = None, catch: CatchFn | None = None) -> CallbacksWaitSpec:
+    """Wait WAITING until every named handle is completed (no names: every handle created
+    before it that no earlier wait awaits). Each completion's result lands in the context
+    under its handle's name; a failure, a timeout or a missed heartbeat of any fails the step
+    for good (non-retryable ``HandleFailed``, ``HandleTimeout``, ``HandleHeartbeatTimeout``: a
+    handle is not created again); ``catch(ctx, error)`` then runs if given, with the workflow's
+    retry policy."""
+    for handle in names:
+        _wait_name(handle, "callback name")
+    if len(set(names)) != len(names):
+        raise WorkflowDefinitionError(f"wait_for_callbacks names a handle twice: {list(names)}")
+    if name is not None:
+        _wait_name(name, "step name")
+    _check_catch(catch, name or "wait_for_callbacks")
+    return CallbacksWaitSpec(fn=_nothing, name=name or "", handles=tuple(names), catch=catch)
 
 
 def wait_for_signal(
@@ -554,7 +623,14 @@ def describe_retry(policy: RetryPolicy) -> dict[str, Any]:
     }
 
 
-_KINDS = {CallbackSpec: "callback", SignalSpec: "signal", PollSpec: "poll", ChildSpec: "child"}
+_KINDS = {
+    CallbackSpec: "callback",
+    SignalSpec: "signal",
+    PollSpec: "poll",
+    ChildSpec: "child",
+    CallbackHandleSpec: "callback_handle",
+    CallbacksWaitSpec: "callback_wait",
+}
 
 
 def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
@@ -589,9 +665,11 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
 def _wait_fields(s: StepSpec) -> dict[str, Any]:
     """What a wait waits for and how long: the console draws it beside the step."""
     out: dict[str, Any] = {}
-    if isinstance(s, (CallbackSpec, SignalSpec, PollSpec)):
+    if isinstance(s, (CallbackSpec, SignalSpec, PollSpec, CallbackHandleSpec)):
         out["wait_timeout"] = s.wait_timeout
-    if isinstance(s, CallbackSpec):
+    if isinstance(s, CallbacksWaitSpec):
+        out["callbacks"] = list(s.handles)
+    if isinstance(s, (CallbackSpec, CallbackHandleSpec)):
         out["heartbeat_timeout"] = s.heartbeat_timeout
     elif isinstance(s, SignalSpec):
         out["signal"] = s.signal
@@ -647,6 +725,7 @@ def build_spec(
             raise WorkflowDefinitionError(f"workflow {name!r}: {item!r} is not a step")
     if len(specs) > 999:
         raise WorkflowDefinitionError("a workflow has at most 999 steps")
+    specs = resolve_handles(name, specs)
     expression, policy = check_schedule(name, schedule, catch_up)
     check_version(name, version)
     return WorkflowSpec(
@@ -658,6 +737,36 @@ def build_spec(
         catch_up=policy,
         version=version,
     )
+
+
+def resolve_handles(workflow: str, specs: list[Spec]) -> list[Spec]:
+    """Name every unnamed handle and wait by its index, and tie each wait to the steps that
+    create its handles: a handle awaited before it exists, twice, or not at all is an error now."""
+    created: dict[str, int] = {}
+    awaited: set[str] = set()
+    out: list[Spec] = []
+    for i, s in enumerate(specs):
+        if isinstance(s, CallbackHandleSpec):
+            s = replace(s, name=s.name or f"callback_{i}")
+            if s.name in created:
+                raise WorkflowDefinitionError(f"workflow {workflow!r}: callback {s.name!r} is created twice")
+            created[s.name] = i
+        elif isinstance(s, CallbacksWaitSpec):
+            names = s.handles or tuple(n for n in created if n not in awaited)
+            unknown = [n for n in names if n not in created]
+            if unknown or not names:
+                raise WorkflowDefinitionError(
+                    f"workflow {workflow!r}: step {i} waits for callbacks no earlier create_callback makes: "
+                    f"{unknown or 'none'}"
+                )
+            twice = sorted(awaited.intersection(names))
+            if twice:
+                raise WorkflowDefinitionError(f"workflow {workflow!r}: callbacks {twice} are awaited twice")
+            awaited.update(names)
+            steps = tuple(created[n] for n in names)
+            s = replace(s, name=s.name or f"wait_callbacks_{i}", handles=names, handle_steps=steps)
+        out.append(s)
+    return out
 
 
 def check_version(name: str, version: object) -> None:

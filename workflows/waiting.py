@@ -5,6 +5,9 @@
 - ``payment_webhook``: a payment provider answers a webhook-style callback
   (``POST /callbacks/{token}/succeed``), then the settlement is polled durably.
 - ``order_with_children``: a parent starts two child workflows and waits for both.
+- ``order_sign_off``: two callbacks pending at once: ``create_callback`` makes a finance and a
+  warehouse handle, one step sends both tokens out, and ``wait_for_callbacks`` waits for the
+  two answers, in whichever order (or before it starts) they come.
 - ``report_export``: a poll that carries state: each check collects the export's chunks that
   are ready and checkpoints what it has, backing off exponentially, at most ``max_checks``
   checks; an export that never finishes is caught and the report goes out without it.
@@ -20,7 +23,17 @@ from datetime import timedelta
 from typing import Any
 
 from engine import NonRetryableError, RetryPolicy, StepContext, workflow
-from engine.workflow import NOT_YET, child, exponential, not_yet, wait_for_callback, wait_for_signal, wait_until
+from engine.workflow import (
+    NOT_YET,
+    child,
+    create_callback,
+    exponential,
+    not_yet,
+    wait_for_callback,
+    wait_for_callbacks,
+    wait_for_signal,
+    wait_until,
+)
 from workflows.examples import notify_customer, reserve_inventory, ship_order
 
 
@@ -67,6 +80,38 @@ class PaymentWebhook:
         wait_for_callback("payment", submit=request_payment, timeout=timedelta(hours=1)),
         wait_until(check_settled, every=timedelta(minutes=5), timeout=timedelta(hours=6)),
         notify_customer,
+    ]
+    retry = RetryPolicy(max_attempts=3, base=30, max_delay=300)
+
+
+def request_sign_offs(ctx: StepContext) -> dict[str, Any]:
+    """Send finance and the warehouse each their own token; both are pending from now on."""
+    ledger = ctx.services.get("ledger")
+    if ledger is not None:
+        for who in ("finance", "warehouse"):
+            # Keyed by the step, not the attempt: a retry sends the same token (a handle has one).
+            key = f"{ctx.execution_id}:{ctx.step_index}.{who}"
+            ledger.apply(key, {"kind": "sign_off_request", "to": who, "callback_token": ctx.callback_token(who)})
+    return {"sign_offs_requested": ["finance", "warehouse"]}
+
+
+def apply_sign_offs(ctx: StepContext) -> dict[str, Any]:
+    finance, warehouse = ctx.data.get("finance") or {}, ctx.data.get("warehouse") or {}
+    if finance.get("approved") is not True:
+        raise NonRetryableError(f"finance did not approve order {ctx.data.get('order_id')!r}")
+    return {"dock": warehouse.get("dock", "any")}
+
+
+@workflow("order_sign_off")
+class OrderSignOff:
+    steps = [
+        reserve_inventory,
+        create_callback("finance", timeout=timedelta(days=2)),
+        create_callback("warehouse", timeout=timedelta(days=1), heartbeat_timeout=timedelta(hours=6)),
+        request_sign_offs,
+        wait_for_callbacks("finance", "warehouse"),
+        apply_sign_offs,
+        ship_order,
     ]
     retry = RetryPolicy(max_attempts=3, base=30, max_delay=300)
 

@@ -9,6 +9,7 @@ from typing import Any
 from engine.adapters import cursor as cursors
 from engine.adapters.aws_errors import mapped
 from engine.adapters.fan_store import FanStore, step_record
+from engine.adapters.handle_store import HandleStore
 from engine.adapters.paging import query_items
 from engine.adapters.retention import EXPIRES, RetentionStore, ttl_value
 from engine.adapters.schedule_store import ScheduleStore
@@ -125,7 +126,7 @@ def _json(attr: dict[str, str] | None) -> Any:
     return None if attr is None else json.loads(attr["S"])
 
 
-class DynamoStore(FanStore, ScheduleStore, RetentionStore):
+class DynamoStore(FanStore, ScheduleStore, RetentionStore, HandleStore):
     """Implements ``engine.ports.Store`` with a low-level boto3 DynamoDB client."""
 
     def __init__(self, client: Any, table_name: str, shards: int, *, cursor_key: bytes | None = None) -> None:

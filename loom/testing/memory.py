@@ -17,7 +17,17 @@ from engine.history_rules import commit_refused_by, failure_refused_by
 from engine.join import JoinRecord
 from engine.limits import check_item, utf8_len
 from engine.ports import Page, Stamped
-from engine.state import Attempt, Execution, ScheduleCursor, Signal, Status, StepRecord, StepStatus, canonical_json
+from engine.state import (
+    Attempt,
+    Execution,
+    Handle,
+    ScheduleCursor,
+    Signal,
+    Status,
+    StepRecord,
+    StepStatus,
+    canonical_json,
+)
 
 
 class InMemoryStore:
@@ -30,6 +40,7 @@ class InMemoryStore:
         self._signals: dict[tuple[str, str, str], Signal] = {}
         self._joins: dict[tuple[str, int], JoinRecord] = {}
         self._items: dict[tuple[str, int, int], StepRecord] = {}
+        self._handles: dict[tuple[str, int], Handle] = {}
         self._parked_mark: tuple[int, float] | None = None
         self._schedules: dict[str, ScheduleCursor] = {}
         self._stamps: dict[str, float] = {}
@@ -234,6 +245,24 @@ class InMemoryStore:
         self._signals[(execution_id, name, key)] = replace(found, consumed_by=by)
         self.writes += 1
 
+    # callback handles
+    def create_handle(self, handle: Handle) -> Handle:
+        key = (handle.execution_id, handle.step)
+        if key not in self._handles:
+            self._handles[key] = handle
+            self.writes += 1
+        return copy.deepcopy(self._handles[key])
+
+    def get_handle(self, execution_id: str, step: int) -> Handle | None:
+        return copy.deepcopy(self._handles.get((execution_id, step)))
+
+    def put_handle(self, handle: Handle, *, expected_version: int) -> None:
+        current = self._handles.get((handle.execution_id, handle.step))
+        if current is None or current.version != expected_version:
+            raise ConflictError(f"conditional write on callback handle {handle.name!r} lost", current=current)
+        self._handles[(handle.execution_id, handle.step)] = handle
+        self.writes += 1
+
     # schedules
     def schedules(self) -> list[ScheduleCursor]:
         return [self._schedules[name] for name in sorted(self._schedules)]
@@ -270,6 +299,7 @@ class InMemoryStore:
         keys += [k for k in self._signals if k[0] == execution_id]
         keys += [k for k in self._joins if k[0] == execution_id]
         keys += [k for k in self._items if k[0] == execution_id]
+        keys += [k for k in self._handles if k[0] == execution_id]
         return keys
 
     def reap(self, now: float) -> int:
@@ -280,7 +310,7 @@ class InMemoryStore:
         for eid in gone:
             self._executions.pop(eid, None)
             self._stamps.pop(eid, None)
-            tables: list[dict[Any, Any]] = [self._steps, self._signals, self._joins, self._items]
+            tables: list[dict[Any, Any]] = [self._steps, self._signals, self._joins, self._items, self._handles]
             for table in tables:
                 for key in [k for k in table if k[0] == eid]:
                     del table[key]

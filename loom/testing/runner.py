@@ -213,6 +213,18 @@ class WorkflowTest:
         """What ``POST /callbacks/{token}/fail`` does: the attempt fails through the step's retry policy."""
         return self.engine.complete_callback(token, "fail", {"error": {"type": error_type, "message": message}})
 
+    def callback_token(self, execution_id: str, name: str) -> str:
+        """The token of callback handle ``name`` (``create_callback``): what ``ctx.callback_token``
+        gives a step of the execution, to complete with ``complete_callback`` and the rest."""
+        ex = self.engine.get(execution_id)
+        value = ex.context.get(name)
+        if not (isinstance(value, dict) and value.get("$loom") == "callback"):
+            raise KeyError(f"execution {execution_id!r} holds no callback handle {name!r}")
+        handle = self.store.get_handle(execution_id, int(value["step"]))
+        if handle is None:
+            raise KeyError(f"callback handle {name!r} of {execution_id!r} is not in the store")
+        return handle.token
+
     def heartbeat(self, token: str) -> Completion:
         return self.engine.complete_callback(token, "heartbeat", None)
 

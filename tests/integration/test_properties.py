@@ -6,7 +6,9 @@ compensate) undoes the committed steps: reverse order, committed steps only, onc
 and the composites, where these meet: a map whose items are undone, a child, a callback, an
 undoable step and a caught one (``composite_undone``: the catch fails too, so the saga unwinds
 past it), with a machine of their own (``CompositeMachine``) so the default tier reaches them;
-and a caught signal wait (``signal_caught``); and deploys that change a workflow's shape under
+and a caught signal wait (``signal_caught``); and two callback handles pending at once
+(``handled``: created, sent by a step between, completed, failed or heartbeaten at any point,
+before or while the wait waits, and timed out); and deploys that change a workflow's shape under
 its executions (``redeploy``, ``redeploy_under_a_wait``) and bring it back (``restore``): nothing
 runs on the changed shape, and the resume ends everything as before.
 
@@ -61,12 +63,16 @@ from engine.ports import FAULT_POINTS
 from engine.state import AttemptOutcome
 from engine.sweeper import backlog_patience, may_be_parked
 from engine.workflow import (
+    CallbackHandleSpec,
     CallbackSpec,
+    CallbacksWaitSpec,
     ChildSpec,
     SignalSpec,
     child,
+    create_callback,
     not_yet,
     wait_for_callback,
+    wait_for_callbacks,
     wait_for_signal,
     wait_until,
 )
@@ -107,6 +113,10 @@ class Model:
         self.issued: list[str] = []
         self.won: dict[tuple[str, int, int], list[Any]] = defaultdict(list)
         self.signals: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        # Callback handles: every token a step read (one per handle, however often it ran), and
+        # the completions (or failures) that won, per (execution id, creating step).
+        self.handle_tokens: list[str] = []
+        self.handle_won: dict[tuple[str, int], list[Any]] = defaultdict(list)
         # Saga compensations, as run: (execution id, step index, the committed result it saw).
         self.undo_runs: list[tuple[str, int, dict[str, Any]]] = []
         # Catch handlers' results, as returned (one is committed per caught step).
@@ -126,6 +136,17 @@ class Model:
 
 def submit(ctx: Any, token: str) -> None:
     ctx.services["model"].issued.append(token)
+
+
+def hand_out(ctx: Any) -> dict[str, Any]:
+    """The step between creating the handles and waiting: it sends both tokens out."""
+    model: Model = ctx.services["model"]
+    model.runs[(ctx.execution_id, ctx.step_index, ctx.attempt)] += 1
+    _while_running(model, ctx)
+    model.handle_tokens += [ctx.callback_token("h1"), ctx.callback_token("h2")]
+    result = {"handed": f"handed#{next(model.tokens)}"}
+    model.results[(ctx.execution_id, ctx.step_index)].append(result)
+    return result
 
 
 def make_undo(name: str) -> Any:
@@ -304,6 +325,14 @@ def registry() -> Registry:
     # and the handler's one committed result goes on into "s"; a signal after the catch stays kept.
     caught_wait = wait_for_signal("go", timeout=900, step_name="wait_w", catch=make_catch("w"))
     add_workflow(reg, "signal_caught", [caught_wait, make_step("s")], retry=quick)
+    handled = [
+        create_callback("h1", timeout=900),
+        create_callback("h2", heartbeat_timeout=300),
+        step(hand_out),
+        wait_for_callbacks("h1", "h2"),
+        make_step("z"),
+    ]
+    add_workflow(reg, "handled", handled, retry=quick)
     add_workflow(reg, "kid", [make_step("k")], retry=quick)
     add_workflow(reg, "parent", [child("kid"), make_step("q")], retry=quick)
     # fails["f"] == 3 exhausts f's retries: the saga is undone (its undo of a fails as often as "a" did).
@@ -346,7 +375,7 @@ def changed_registry(name: str) -> Registry:
 
 # A sleep, a callback, a signal, a child's parent, a saga, two plain steps and the composites:
 # every place a deploy can find an execution at (the kid is left alone: parents start it).
-REDEPLOYABLE = ["approval", "composite", "composite_undone", "nap", "pair", "parent", "saga", "signalled"]
+REDEPLOYABLE = ["approval", "composite", "composite_undone", "handled", "nap", "pair", "parent", "saga", "signalled"]
 CHANGED = {name: changed_registry(name) for name in REDEPLOYABLE}
 
 
@@ -655,8 +684,11 @@ class EngineMachine(RuleBasedStateMachine):
             return
         prefix = f"lcb1.{ex.id}.{ex.current_step}.{ex.attempt}."
         mine = [k for k, token in enumerate(self.model.issued) if token.startswith(prefix)]
+        handles = [k for k, token in enumerate(self.model.handle_tokens) if token.startswith(f"lcb2.{ex.id}.")]
         if mine:
             self.complete_callback(mine[-1], "same")
+        elif handles:
+            self.complete_handle(handles[-1], "succeed")
         elif ex.wait.kind.value == "signal":
             self.send_signal(self.ids.index(ex.id))
 
@@ -710,6 +742,29 @@ class EngineMachine(RuleBasedStateMachine):
             return
         if action == "fail" and not done.repeat:
             self.model.won[(done.execution_id, done.step, done.attempt)].append("failed")
+
+    @precondition(lambda self: self.model.handle_tokens)
+    @rule(pick=st.integers(0, 20), action=st.sampled_from(["succeed", "succeed", "other", "fail", "heartbeat"]))
+    def complete_handle(self, pick: int, action: str) -> None:
+        """The outside world answers a callback handle at any point: before the wait starts, while
+        it waits, after it ended; again, otherwise, or with a heartbeat."""
+        token = self.model.handle_tokens[pick % len(self.model.handle_tokens)]
+        verb = {"other": "succeed"}.get(action, action)
+        body: Any = {
+            "succeed": {"result": {"v": f"{token[-6:]}:{action}"}},
+            "fail": {"error": {"type": "Declined", "message": ""}},
+            "heartbeat": None,
+        }[verb]
+        try:
+            done = self.engine.complete_callback(token, verb, body)
+        except Crash:
+            self.deaths += 1
+            return
+        except LoomError:
+            return  # 404 / 409: refused, nothing written
+        if verb != "heartbeat" and not done.repeat:
+            event("a callback handle completed")
+            self.model.handle_won[(done.execution_id, done.step)].append("failed" if verb == "fail" else body["result"])
 
     @precondition(lambda self: self.ids)
     @rule(pick=st.integers(0, 3))
@@ -790,6 +845,12 @@ class EngineMachine(RuleBasedStateMachine):
         assert all(n <= 1 for n in self.store.commits.values()), "a step committed twice"
         for key, winners in self.model.won.items():
             assert len(winners) <= 1, f"two completions of {key} both won: {winners}"
+        for key, winners in self.model.handle_won.items():
+            assert len(winners) <= 1, f"two completions of handle {key} both won: {winners}"
+        per_handle: dict[str, set[str]] = defaultdict(set)
+        for token in self.model.handle_tokens:
+            per_handle[token.rsplit(".", 1)[0]].add(token)
+        assert all(len(t) == 1 for t in per_handle.values()), "a handle was given two tokens"
 
     @invariant()
     def at_most_once_steps_never_ran_twice_within_an_attempt(self) -> None:
@@ -811,6 +872,7 @@ class EngineMachine(RuleBasedStateMachine):
             assert now_status in (status, Status.BLOCKED, Status.CANCELLED), f"{execution_id}: {status} -> {now_status}"
             spec = REGISTRY.get(self.redeployed or "")
             for index in now_committed - committed:
+                # (A handle's completion is kept on the handle: its wait commits nothing while blocked.)
                 assert isinstance(spec.steps[index], CallbackSpec), f"{execution_id} committed step {index} meanwhile"
                 event("a callback completion kept while blocked")
             if now_status is Status.BLOCKED:
@@ -1045,6 +1107,17 @@ class EngineMachine(RuleBasedStateMachine):
             assert record.result is None or set(record.result) == {"cb"}
         elif isinstance(spec, SignalSpec):
             assert record.result in self.model.signals[ex.id], f"{record.result} was never sent to {ex.id}"
+        elif isinstance(spec, CallbackHandleSpec):
+            assert record.result == {spec.name: {"$loom": "callback", "name": spec.name, "step": record.index}}
+            handle = self.store.inner.get_handle(ex.id, record.index)
+            assert handle is not None and (record.attempts[-1].detail or {}).get("token") == handle.token_hash
+        elif isinstance(spec, CallbacksWaitSpec):
+            # Every handle succeeded, by the completion that won it, and the wait committed those.
+            for name, step_index in zip(spec.handles, spec.handle_steps, strict=True):
+                handle = self.store.inner.get_handle(ex.id, step_index)
+                assert handle is not None and handle.result == record.result[name]
+                assert self.model.handle_won.get((ex.id, step_index), [None])[0] in (record.result[name], None)
+            event("a handles wait committed")
         elif isinstance(spec, ChildSpec):
             kid = self.store.inner.get_execution(f"{ex.id}--{record.index}-{attempt}")
             assert kid is not None and kid.status is Status.COMPLETED and record.result == kid.context
@@ -1115,6 +1188,48 @@ class CompositeMachine(EngineMachine):
         super()._drive_to_quiescence()
 
 
+class HandlesMachine(EngineMachine):
+    """The same rules, starting from two callback handles pending at once (``handled``) beside
+    another workflow, so that the default tier reaches the handles every run."""
+
+    @initialize(
+        others=st.lists(st.sampled_from(["approval", "pair", "signalled"]), max_size=1),
+        fails=st.lists(st.sampled_from([0, 1]), min_size=3, max_size=3),
+    )
+    def start_some(self, others: list[str], fails: list[int]) -> None:
+        for workflow, n in zip(["handled", "handled", *others], fails, strict=False):
+            self.start(workflow, n)
+        for _ in range(20):  # the first handles are sent out: the rules find them pending
+            visible = self.queue.visible()
+            if len(self.model.handle_tokens) >= 2 or not visible:
+                break
+            self._deliver(visible[:1], chain=False)
+
+    @precondition(lambda self: self.model.handle_tokens)
+    @rule(newest=st.integers(1, 4))
+    def provider_answers_handles(self, newest: int) -> None:
+        """Both answers come (mostly for the live handles), so that waits commit as often as
+        their handles time out."""
+        for k in range(min(newest, len(self.model.handle_tokens))):
+            self.complete_handle(len(self.model.handle_tokens) - 1 - k, "succeed")
+
+    def _drive_to_quiescence(self) -> None:
+        """Before time runs out on them, every handle still pending is answered once (a refused
+        answer changes nothing): the drive then takes the waits that are left past their commit."""
+        self.restore()
+        self.faults.disarm()
+        self.store.crash_after_commit = 0
+        self.model.die_in_step = False
+        for _ in range(100):
+            visible = self.queue.visible()
+            if not visible:
+                break
+            self._deliver(visible[:1], chain=False)
+        for k in range(len(self.model.handle_tokens)):
+            self.complete_handle(k, "succeed")
+        super()._drive_to_quiescence()
+
+
 def _explore(examples: int, *, derandomize: bool, machine: type[EngineMachine] = EngineMachine) -> None:
     run_state_machine_as_test(
         machine,
@@ -1140,6 +1255,12 @@ def test_engine_invariants_hold_under_random_interleavings():
 def test_the_composites_hold_under_random_interleavings():
     """The default tier for the composites: 4 fixed interleavings, each up to 40 rules long."""
     _explore(4, derandomize=True, machine=CompositeMachine)
+
+
+@pytest.mark.timeout(300)
+def test_callback_handles_hold_under_random_interleavings():
+    """The default tier for callback handles: 4 fixed interleavings, each up to 40 rules long."""
+    _explore(4, derandomize=True, machine=HandlesMachine)
 
 
 @pytest.mark.slow

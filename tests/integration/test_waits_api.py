@@ -214,3 +214,38 @@ def test_cli_callback_and_signal(stack: dict[str, Any], capsys: pytest.CaptureFi
     fn.drain()
     code, out, _ = loom(capsys, "status", "cli-ap", "--json")
     assert json.loads(out)["status"] == "COMPLETED"
+
+
+def test_two_callback_handles_through_the_api_in_either_order(
+    fn: Functions, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``order_sign_off``: two handles pending at once, completed by POST /callbacks/{token}/...;
+    a repeat is 200, another body 409, a forged secret 404, and no token reaches the logs."""
+    status, _ = fn.api("POST", "/executions", {"workflow": "order_sign_off", "input": {}, "execution_id": "so-1"})
+    assert status == 201
+    fn.drain()
+    status, body = fn.api("GET", "/executions/so-1")
+    assert status == 200 and body["status"] == "WAITING" and body["wait"]["kind"] == "handles"
+    ledger = DynamoLedger(fn.refs["dynamodb"], fn.refs["Table"])
+    tokens = {
+        e["to"]: str(e["callback_token"]) for e in ledger.effects("so-1").values() if e["kind"] == "sign_off_request"
+    }
+    assert not any(t.rsplit(".", 1)[1] in json.dumps(body) for t in tokens.values())
+    status, body = fn.api("POST", f"/callbacks/{tokens['warehouse']}/heartbeat")
+    assert (status, body["repeat"]) == (200, False)
+    status, body = fn.api("POST", f"/callbacks/{tokens['warehouse']}/succeed", {"result": {"dock": "D1"}})
+    assert (status, body["repeat"], body["step"]) == (200, False, 2)
+    assert fn.api("POST", f"/callbacks/{tokens['warehouse']}/succeed", {"result": {"dock": "D1"}})[1]["repeat"]
+    assert error(fn.api("POST", f"/callbacks/{tokens['warehouse']}/succeed", {"result": {"dock": "D2"}})) == (
+        409,
+        "wait_ended",
+    )
+    forged = tokens["finance"].rsplit(".", 1)[0] + ".A" + "x" * 23
+    assert error(fn.api("POST", f"/callbacks/{forged}/succeed", {"result": {}})) == (404, "callback_not_found")
+    status, _ = fn.api("POST", f"/callbacks/{tokens['finance']}/succeed", {"result": {"approved": True}})
+    assert status == 200
+    fn.drain()
+    status, body = fn.api("GET", "/executions/so-1")
+    assert status == 200 and body["status"] == "COMPLETED"
+    logs = capsys.readouterr()
+    assert not any(t.rsplit(".", 1)[1] in logs.out + logs.err for t in tokens.values())

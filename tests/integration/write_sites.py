@@ -46,10 +46,12 @@ STORE_WRITES = frozenset(
         "put_schedule",
         "delete_schedule",
         "retain",
+        "create_handle",
+        "put_handle",
     }
 )
 LEDGER_WRITE = "DynamoLedger.apply"
-STORE_PARTS = frozenset({"FanStore", "ScheduleStore", "RetentionStore"})  # mixed into DynamoStore
+STORE_PARTS = frozenset({"FanStore", "ScheduleStore", "RetentionStore", "HandleStore"})  # mixed into DynamoStore
 
 
 def is_conditional(operation: str, params: dict[str, Any]) -> bool:

@@ -35,10 +35,12 @@ from engine.workflow import (
     WorkflowSpec,
     build_spec,
     child,
+    create_callback,
     exponential,
     not_yet,
     sleep,
     wait_for_callback,
+    wait_for_callbacks,
     wait_for_signal,
     wait_until,
 )
@@ -130,6 +132,12 @@ class World:
         """A scheduled run's one step: its effect names the fire time it stands for."""
         self.ledger(ctx).apply(ctx.idempotency_key, {"kind": "report", "for": ctx.data["scheduled_at"]})
         return {"for": ctx.data["scheduled_at"]}
+
+    def hands_out(self, ctx: StepContext) -> dict[str, Any]:
+        """Hands every callback handle in the context to the outside world (``tokens``), in order."""
+        names = sorted(k for k, v in ctx.data.items() if isinstance(v, dict) and v.get("$loom") == "callback")
+        self.tokens[ctx.execution_id] = [ctx.callback_token(n) for n in names]
+        return {"handed_out": names}
 
     def caught(self, ctx: StepContext, error: dict[str, Any]) -> dict[str, Any]:
         ledger = self.ledger(ctx)
@@ -240,6 +248,34 @@ def registry(world: World) -> Registry:
         build_spec("drowsy", [sleep(seconds=2000), world.lands("b")], QUICK),
         build_spec("nod", [wait_for_signal("go"), world.lands("b")], QUICK),
         build_spec("nod_cb", [wait_for_callback("ok", submit=world.submit, timeout=3600), world.lands("b")], QUICK),
+        build_spec(
+            "handles",
+            [
+                create_callback("a", timeout=3600),
+                create_callback("b", heartbeat_timeout=600),
+                step(world.hands_out, name="hand_out"),
+                sleep(seconds=60),
+                wait_for_callbacks("a", "b"),
+                world.lands("after"),
+            ],
+            QUICK,
+        ),
+        build_spec(
+            "handle_late",
+            [
+                create_callback("a", timeout=600),
+                create_callback(timeout=3600),
+                step(world.hands_out, name="hand_out"),
+                wait_for_callbacks(catch=world.caught),
+                world.lands("after"),
+            ],
+            QUICK,
+        ),
+        build_spec(
+            "nod_handle",
+            [create_callback("a"), step(world.hands_out, name="hand_out"), wait_for_callbacks(), world.lands("b")],
+            QUICK,
+        ),
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
             "one_by_one",
@@ -612,6 +648,48 @@ def redeploy_callback(t: WorkflowTest, world: World, eid: str) -> None:
         t.engine.registry = base
 
 
+def handles(t: WorkflowTest, world: World, eid: str) -> None:
+    """Two handles: ``a`` completed before the wait starts (during the sleep), ``b`` heartbeaten
+    then completed while the wait is WAITING: that completion settles the wait."""
+    t.start("handles", {}, execution_id=eid)
+    t.run(eid)  # the handles are created and handed out; the sleep is left
+    a, b = world.tokens[eid]
+    t.complete_callback(a, {"a": "early"})
+    t.clock.advance(30)
+    t.heartbeat(b)
+    _until_waiting(t, eid)
+    t.complete_callback(b, {"b": "late"})
+    t.run(eid)
+
+
+def handle_late(t: WorkflowTest, world: World, eid: str) -> None:
+    """Handle ``a`` times out while the wait waits (the sweeper records it on the handle): the
+    wait fails for good and its catch handler (failing once) runs."""
+    t.start("handle_late", {}, execution_id=eid)
+    _until_waiting(t, eid)
+    t.complete_callback(world.tokens[eid][1], {"other": "in time"})
+    t.clock.advance(601)
+    t.engine.sweep()
+    t.run(eid)
+
+
+def redeploy_handle(t: WorkflowTest, world: World, eid: str) -> None:
+    """A handle's completion for a wait whose workflow changed shape is kept on the handle and
+    blocks it; the old shape is deployed again and the resumed wait settles with it."""
+    base = t.engine.registry
+    try:
+        t.start("nod_handle", {}, execution_id=eid)
+        _until_waiting(t, eid)
+        changed = build_spec("nod_handle", [world.lands("x"), create_callback("a"), wait_for_callbacks()], version=2)
+        t.engine.registry = _redeployed(base, changed)
+        t.complete_callback(world.tokens[eid][0], {"ok": True})
+        t.engine.registry = _redeployed(base, base.get("nod_handle"))
+        t.advance(t.config.blocked_recheck_seconds)
+        t.run(eid)
+    finally:
+        t.engine.registry = base
+
+
 def migrate(t: WorkflowTest, world: World, eid: str) -> None:
     """A blocked execution is migrated: its next step ``b`` maps onto the new version's ``x``."""
     base = t.engine.registry
@@ -673,6 +751,9 @@ SCENARIOS: dict[str, Callable[[WorkflowTest, World, str], None]] = {
     "redeploy_signal": redeploy_signal,
     "redeploy_callback": redeploy_callback,
     "migrate": migrate,
+    "handles": handles,
+    "handle_late": handle_late,
+    "redeploy_handle": redeploy_handle,
 }
 
 
@@ -701,6 +782,7 @@ def outcome(t: WorkflowTest, eid: str) -> Any:
             ],
             "fan": _fan(store, xid, records),
             "signals": [(s.name, s.payload, s.consumed_by) for s in store.signals(xid)],
+            "handles": _handles(store, xid, records),
             "ledger": _entries(ledger, xid),
             "dead_letters": sum(1 for d in t.queue.dead_letters if d.get("execution_id") == xid and "loom" in d),
         }
@@ -755,6 +837,12 @@ def _entries(ledger: DynamoLedger, xid: str) -> dict[str, Any]:
         if isinstance(row["effect"], dict):
             row["effect"].pop("callback_token", None)
     return rows
+
+
+def _handles(store: Any, xid: str, records: list[Any]) -> list[Any]:
+    """Each callback handle as it ended (its secret, new for each run, left out)."""
+    found = [store.get_handle(xid, r.index) for r in records if "#" not in r.name]
+    return [(h.name, h.status.value, h.result, h.error, h.version) for h in found if h is not None]
 
 
 def _fan(store: Any, xid: str, records: list[Any]) -> list[Any]:

@@ -64,6 +64,7 @@ LAYERS: dict[str, int] = {
             "callbacks",
             "signals",
             "children",
+            "handles",
             "catching",
             "compensation",
             "fan_undo",
@@ -91,7 +92,7 @@ LAYERS: dict[str, int] = {
 }
 PRIMITIVE_GROUPS: list[set[str]] = [
     {"steps", "polls"},
-    {"callbacks", "signals", "children"},
+    {"callbacks", "signals", "children", "handles"},
     {"catching", "compensation", "fan_undo"},
     {"fanout", "fan_children"},
 ]

@@ -27,6 +27,8 @@
     if (step.kind === "sleep") out.push(`sleeps ${duration(step.seconds)}`);
     if (step.kind === "signal") out.push(`waits for signal “${step.signal}”`);
     if (step.kind === "callback") out.push("waits for a callback (token)");
+    if (step.kind === "callback_handle") out.push("creates a callback handle (its token for later steps)");
+    if (step.kind === "callback_wait") out.push(`waits for callbacks ${(step.callbacks || []).map((n) => `“${n}”`).join(", ")}`);
     if (step.kind === "poll") {
       const st = step.strategy || {};
       out.push(st.kind === "exponential"
