@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
@@ -22,6 +22,7 @@ from engine.poll_strategy import fixed as fixed
 from engine.retry import RetryPolicy
 from engine.schedule_expr import CatchUp
 from engine.schedule_expr import parse as parse_schedule
+from engine.serde import DEFAULT, Serializer, check_input_type, check_serializer
 from engine.state import canonical_json
 
 if TYPE_CHECKING:
@@ -65,6 +66,18 @@ class StepContext:
     item_index: int | None = None
     # Reads a fan-out step's stored results, paged: (step index, start, count) -> results.
     pages: Callable[[int, int, int], list[Any]] | None = None
+    # Typed reads (engine/serde.py): the step's serializer, and the execution's input as started.
+    serializer: Serializer = DEFAULT
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, type_: Any = None) -> Any:
+        """``data[name]``, loaded as ``type_`` through the serializer (as stored without one)."""
+        value = self.data[name]
+        return value if type_ is None else self.serializer.load(_plain(value), type_)
+
+    def input_as(self, type_: Any) -> Any:
+        """The execution's input as ``type_`` (the workflow's ``input_type`` checked it at start)."""
+        return self.serializer.load(_plain(self.input), type_)
 
     @property
     def idempotency_key(self) -> str:
@@ -93,7 +106,16 @@ class StepContext:
             yield from self.pages(step_index, start, min(page_size, count - start))
 
 
-StepFn = Callable[[StepContext], "dict[str, Any] | None"]
+def _plain(value: Any) -> Any:
+    # The context is read-only (MappingProxyType); a loader sees plain dicts, as JSON gives them.
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+StepFn = Callable[[StepContext], Any]
 # ``handler(ctx, error)``: ``error`` is the failure as the history recorded it (type, message...).
 CatchFn = Callable[[StepContext, "dict[str, Any]"], "dict[str, Any] | None"]
 
@@ -113,6 +135,8 @@ class StepSpec:
     compensate_retry: RetryPolicy | None = None
     # Runs as a durable step when this step fails for good; the workflow then goes on.
     catch: CatchFn | None = None
+    # Dumps a typed result to JSON and loads typed reads (None: the workflow's, else DEFAULT).
+    serializer: Serializer | None = None
 
     @property
     def is_sleep(self) -> bool:
@@ -246,7 +270,10 @@ def step(
     compensate: StepFn | None = None,
     compensate_retry: RetryPolicy | None = None,
     catch: CatchFn | None = None,
+    serializer: Serializer | None = None,
 ) -> StepSpec:
+    """A step: ``fn(ctx)`` returns a dict (merged into the context), None, or a typed value (a
+    dataclass or a model), dumped by ``serializer`` and stored under the step's name."""
     if not callable(fn):
         raise WorkflowDefinitionError(f"step {fn!r} is not callable")
     if semantics not in SEMANTICS:
@@ -267,6 +294,7 @@ def step(
         compensate=compensate,
         compensate_retry=compensate_retry,
         catch=catch,
+        serializer=check_serializer(serializer, f"step {name or fn.__name__!r}"),
     )
 
 
@@ -495,6 +523,9 @@ class WorkflowSpec:
     catch_up: CatchUp = CatchUp.RUN_ONCE
     # ``@workflow(name, version=2)``: versions of one name stay registered side by side.
     version: int = 1
+    # The steps' serializer where a step names none; ``input_type``: what a start's input must load into.
+    serializer: Serializer = DEFAULT
+    input_type: Any = None
 
     @cached_property  # read on every message (Registry.of); the spec never changes once built
     def fingerprint(self) -> str:
@@ -625,6 +656,8 @@ def build_spec(
     schedule: str | None = None,
     catch_up: CatchUp | str = CatchUp.RUN_ONCE,
     version: int = 1,
+    serializer: Serializer | None = None,
+    input_type: Any = None,
 ) -> WorkflowSpec:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
@@ -642,6 +675,12 @@ def build_spec(
         raise WorkflowDefinitionError("a workflow has at most 999 steps")
     expression, policy = check_schedule(name, schedule, catch_up)
     check_version(name, version)
+    chosen = check_serializer(serializer, f"workflow {name!r}")
+    if chosen is not None:
+        # Resolved once, here: a step's context then needs only its own spec to read typed values.
+        specs = [
+            replace(s, serializer=chosen) if isinstance(s, StepSpec) and s.serializer is None else s for s in specs
+        ]
     return WorkflowSpec(
         name=name,
         steps=tuple(specs),
@@ -650,6 +689,8 @@ def build_spec(
         schedule=expression,
         catch_up=policy,
         version=version,
+        serializer=chosen or DEFAULT,
+        input_type=check_input_type(input_type, f"workflow {name!r}"),
     )
 
 
@@ -735,6 +776,8 @@ def workflow(
     schedule: str | None = None,
     catch_up: CatchUp | str = CatchUp.RUN_ONCE,
     version: int = 1,
+    serializer: Serializer | None = None,
+    input_type: Any = None,
 ) -> Callable[[type], type]:
     """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``.
 
@@ -743,10 +786,14 @@ def workflow(
     ``catch_up`` is ``"run_once"`` (one run for all firings missed in an outage) or ``"skip"``.
     ``version=2`` registers a new definition beside version 1: new starts take the newest, and
     each execution runs on the definition it started with (engine/definitions.py).
+    ``input_type=Order`` refuses a start whose input does not load into ``Order`` (InvalidInput);
+    ``serializer=`` dumps and loads the typed values of every step that names none (engine/serde.py).
     """
     # Checked now, at the decorator, so a bad expression fails the import, not a later tick.
     check_schedule(name, schedule, catch_up)
     check_version(name, version)
+    check_serializer(serializer, f"workflow {name!r}")
+    check_input_type(input_type, f"workflow {name!r}")
 
     def register(cls: type) -> type:
         spec = build_spec(
@@ -757,6 +804,8 @@ def workflow(
             schedule=schedule,
             catch_up=catch_up,
             version=version,
+            serializer=serializer,
+            input_type=input_type,
         )
         (registry or default_registry).add(spec)
         cls.spec = spec  # type: ignore[attr-defined]
