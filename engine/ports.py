@@ -112,15 +112,34 @@ class Store(Protocol):
         """Item ``idx``'s record (``index`` is the item's index, ``name`` the step's)."""
 
     def commit_item(
-        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, result: Any
+        self,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        result: Any,
+        *,
+        label: str | None = None,
     ) -> None:
         """Item COMPLETED with its result, and the join's ``ok`` counted, in one transaction.
+        ``label``: the item's name (a map's ``item_namer``), stored by the same write.
 
         ``ConflictError`` (``current``: the item record) under the step-history rules.
         """
 
     def fail_item(
-        self, execution_id: str, step: int, name: str, idx: int, shards: int, attempt: Attempt, *, final: bool
+        self,
+        execution_id: str,
+        step: int,
+        name: str,
+        idx: int,
+        shards: int,
+        attempt: Attempt,
+        *,
+        final: bool,
+        label: str | None = None,
     ) -> bool:
         """Append a failed attempt (final: FAILED and the join's ``failed`` counted, in one
         transaction); False if the history rules refuse it."""
