@@ -257,6 +257,10 @@ def fan_undo(ctx: Any) -> dict[str, Any]:
     return {"undone": ctx.item_index}
 
 
+def fan_name(value: Any, index: int) -> str:
+    return f"line {value}/{index}"
+
+
 def composite(*, refuse: bool) -> list[Any]:
     """map (items undone) -> child -> callback -> n (undone) -> f (caught) -> h: every primitive at once.
 
@@ -301,7 +305,10 @@ def registry() -> Registry:
     saga = [make_step("a", undo=True), make_step("m"), make_step("n", undo=True), make_step("f", undo=True)]
     add_workflow(reg, "saga", saga, retry=quick)
     add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
-    items = fan_map(items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2)
+    # Named items (the composite's are not): every record written under any fault carries its name.
+    items = fan_map(
+        items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2, item_namer=fan_name
+    )
     add_workflow(reg, "fan", [make_step("a"), items, make_step("z")], retry=quick)
     add_workflow(reg, "composite", composite(refuse=False), retry=quick)
     add_workflow(reg, "composite_undone", composite(refuse=True), retry=quick)
@@ -1002,6 +1009,9 @@ class EngineMachine(RuleBasedStateMachine):
         if join is None:
             return None, []
         items = self.store.inner.fan_items(ex.id, index, join.shards, 0, join.n)
+        namer = getattr(REGISTRY.get(ex.workflow).steps[index], "item_namer", None)
+        for r in items:  # the items are range(n): each item's value is its index
+            assert r.label == (None if namer is None else namer(r.index, r.index)), f"{ex.id}: item {r.index} misnamed"
         assert join.ok == sum(r.status is StepStatus.COMPLETED for r in items), f"{ex.id}: ok miscounted"
         assert join.failed == sum(r.status is StepStatus.FAILED for r in items), f"{ex.id}: failed miscounted"
         for r in items:
