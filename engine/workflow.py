@@ -681,6 +681,8 @@ def build_spec(
         specs = [
             replace(s, serializer=chosen) if isinstance(s, StepSpec) and s.serializer is None else s for s in specs
         ]
+    typed_input = check_input_type(input_type, f"workflow {name!r}")
+    _check_scheduled_input(name, expression, chosen or DEFAULT, typed_input)
     return WorkflowSpec(
         name=name,
         steps=tuple(specs),
@@ -690,8 +692,25 @@ def build_spec(
         catch_up=policy,
         version=version,
         serializer=chosen or DEFAULT,
-        input_type=check_input_type(input_type, f"workflow {name!r}"),
+        input_type=typed_input,
     )
+
+
+# What every fire of a schedule starts with (engine/schedule_plan.py writes the time this way).
+SCHEDULED_INPUT = {"scheduled_at": "2026-01-01T00:00:00Z"}
+
+
+def _check_scheduled_input(name: str, schedule: str | None, serializer: Serializer, input_type: Any) -> None:
+    """A scheduled workflow's input_type must take the input a fire gives, or every fire would fail."""
+    if schedule is None or input_type is None:
+        return
+    try:
+        serializer.load(dict(SCHEDULED_INPUT), input_type)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowDefinitionError(
+            f"workflow {name!r}: a schedule starts it with {{'scheduled_at': '<ISO time>'}}, "
+            f"which input_type does not load: {exc}"
+        ) from None
 
 
 def check_version(name: str, version: object) -> None:

@@ -183,3 +183,26 @@ def test_the_workflow_serializer_reaches_every_step_that_names_none():
     plain = build_spec("p", [a])
     assert plain.steps[0].serializer is None and plain.serializer is DEFAULT and plain.input_type is None
     assert plain.fingerprint == build_spec("p", [a], serializer=own).fingerprint  # the shape, not the code
+
+
+@dataclass(frozen=True)
+class Fire:
+    scheduled_at: datetime
+
+
+def test_a_scheduled_workflows_input_type_must_take_what_a_fire_gives():
+    def a(ctx):
+        return None
+
+    spec = build_spec("nightly", [a], schedule="rate(1 day)", input_type=Fire)
+    assert (
+        spec.input_type is Fire and DEFAULT.load({"scheduled_at": "2026-12-02T02:00:00Z"}, Fire).scheduled_at.hour == 2
+    )
+    with pytest.raises(WorkflowDefinitionError, match=r"a schedule starts it with .*needs field 'id'"):
+        build_spec("nightly", [a], schedule="rate(1 day)", input_type=_NeedsId)
+
+
+@dataclass(frozen=True)
+class _NeedsId:
+    id: str
+    scheduled_at: datetime | None = None
