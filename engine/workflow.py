@@ -553,7 +553,9 @@ class WorkflowSpec:
         return spec.timeout if spec.timeout is not None else self.step_timeout
 
     def describe(self) -> dict[str, Any]:
+        typed = {} if self.input_type is None else {"input_type": _type_name(self.input_type)}
         return {
+            **typed,
             "name": self.name,
             "version": self.version,
             "fingerprint": self.fingerprint,
@@ -564,6 +566,10 @@ class WorkflowSpec:
             else {"expression": self.schedule, "catch_up": self.catch_up.value},
             "steps": [_describe_step(self, i, s) for i, s in enumerate(self.steps)],
         }
+
+
+def _type_name(tp: Any) -> str:
+    return str(getattr(tp, "__name__", repr(tp)))
 
 
 def describe_retry(policy: RetryPolicy) -> dict[str, Any]:
@@ -600,6 +606,8 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
             out["compensate"] = getattr(s.compensate, "__name__", repr(s.compensate))
         if s.catch is not None:
             out["catch"] = getattr(s.catch, "__name__", repr(s.catch))
+        if s.serializer is not None and s.serializer is not DEFAULT:
+            out["serializer"] = type(s.serializer).__name__
         out["retry"] = describe_retry(spec.policy_for(s))
         if s.compensate is not None:
             out["compensate_retry"] = describe_retry(spec.compensation_policy_for(s))

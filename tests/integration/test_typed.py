@@ -37,6 +37,9 @@ def test_a_typed_result_reads_as_json_through_the_api(fn: Functions) -> None:
     _, body = fn.api("GET", "/executions/t1")
     assert body["status"] == "COMPLETED" and body["output"]["price"] == QUOTE
     assert body["output"]["confirmation"] == "o-9:10.00"
+    _, listed = fn.api("GET", "/workflows")
+    (typed,) = [w for w in listed["workflows"] if w["name"] == "typed_order"]
+    assert typed["input_type"] == "Order"  # the console's Workflows page shows it
 
 
 def test_the_stored_history_item_holds_the_json_the_result_dumped_to(fn: Functions) -> None:

@@ -206,3 +206,13 @@ def test_a_scheduled_workflows_input_type_must_take_what_a_fire_gives():
 class _NeedsId:
     id: str
     scheduled_at: datetime | None = None
+
+
+def test_the_description_names_the_input_type_and_a_custom_serializer():
+    def a(ctx):
+        return None
+
+    described = build_spec("w", [a, step(a, name="b", serializer=Upper())], input_type=Part).describe()
+    assert described["input_type"] == "Part"
+    assert "serializer" not in described["steps"][0] and described["steps"][1]["serializer"] == "Upper"
+    assert "input_type" not in build_spec("p", [a]).describe()
