@@ -60,11 +60,12 @@ class JsonSerializer:
             return model_dump(mode="json")
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
-    def _key(self, key: Any) -> str:
+    def _key(self, key: Any) -> Any:
+        # The keys json.dumps takes (it writes a number's or None's as a string), as before a serializer.
         if isinstance(key, Enum):
             key = key.value
-        if not isinstance(key, str):
-            raise TypeError(f"keys must be str, not {type(key).__name__}")
+        if not isinstance(key, JSON_SCALARS):
+            raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
         return key
 
     def load(self, data: Any, type_: Any) -> Any:
@@ -158,12 +159,13 @@ def _load_dataclass(data: Any, tp: type, where: str) -> Any:
         hints = typing.get_type_hints(tp)
     except NameError as exc:  # an annotation naming a type its module cannot see (a class local to a function)
         raise TypeError(f"{where}: the type hints of {tp.__name__} do not resolve: {exc}") from None
-    fields = {f.name: f for f in dataclasses.fields(tp) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    every = {f.name: f for f in dataclasses.fields(tp)}
+    unknown = sorted(set(data) - set(every))
     if unknown:
         raise TypeError(f"{where}: {tp.__name__} has no field {unknown[0]!r}")
     values = {}
-    for name, f in fields.items():
+    # A field the constructor does not take (init=False) is dumped but computed again, not loaded.
+    for name, f in ((n, f) for n, f in every.items() if f.init):
         if name in data:
             values[name] = _load(data[name], hints.get(name, Any), f"{where}.{name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

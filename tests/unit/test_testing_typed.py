@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, workflow
+from engine import NonRetryableError, Registry, step, workflow
 from engine.errors import InvalidInput
 from engine.serde import JsonSerializer
 from loom.testing import WorkflowTest, run_workflow
@@ -136,3 +136,34 @@ def test_the_workflow_serializer_decides_the_stored_form_and_loads_it_back(reg):
     assert ex.status.value == "COMPLETED"
     assert first.result == {"part": {"sku": "bolt", "qty": 3, "unit_price": 0.25, "v": 1}}
     assert second.result == {"seen": "bolt", "cost": 0.75, "v": 1}  # a dict result goes through it too
+
+
+@dataclass(frozen=True)
+class Hold:
+    id: str
+    seats: int
+
+
+def hold(ctx):
+    return Hold(f"h-{ctx.input_as(Holder).thing}", 2)
+
+
+def release(ctx):
+    # The compensation reads the typed result it undoes, through the step's serializer.
+    undone: Hold = ctx.get("hold", Hold)
+    return {"released": undone.id, "seats": undone.seats}
+
+
+def refuse(ctx):
+    raise NonRetryableError("no seats left on the flight")
+
+
+def test_a_compensation_reads_the_typed_result_it_undoes():
+    reg = Registry()
+    steps = [step(hold, compensate=release), refuse]
+    workflow("typed_saga", registry=reg, input_type=Holder)(type("TypedSaga", (), {"steps": steps}))
+    with WorkflowTest(reg) as t:
+        eid = t.start("typed_saga", Holder("x1"))
+        assert t.run(eid).status.value == "COMPENSATED"
+        undo = [r for r in t.history(eid) if r.name.endswith("compensate")]
+        assert [r.result for r in undo] == [{"released": "h-x1", "seats": 2}]
