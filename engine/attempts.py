@@ -62,7 +62,7 @@ def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
         services=parts.services,
         pages=fan_results.reader(parts, ex.id),
         serializer=st.serializer or DEFAULT,
-        input=MappingProxyType(json.loads(canonical_json(ex.input))),
+        _input=ex.input,
     )
 
 

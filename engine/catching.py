@@ -79,7 +79,7 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
         phase=Phase.CATCH,
         failure=MappingProxyType(error),
         serializer=st.serializer or DEFAULT,
-        input=MappingProxyType(json.loads(canonical_json(ex.input))),
+        _input=ex.input,
     )
     info = {"execution_id": ex.id, "step": ex.current_step, "attempt": ex.attempt, "phase": Phase.CATCH.value}
     parts.faults.point(FaultPoint.BEFORE_STEP, **info)

@@ -121,7 +121,7 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, f
         result=MappingProxyType(dict(forward.result or {})),
         failure=MappingProxyType(dict(ex.error or {})),
         serializer=st.serializer or DEFAULT,
-        input=MappingProxyType(json.loads(canonical_json(ex.input))),
+        _input=ex.input,
     )
     info = {"execution_id": ex.id, "step": ex.current_step, "attempt": ex.attempt, "phase": Phase.COMPENSATE.value}
     parts.faults.point(FaultPoint.BEFORE_STEP, **info)

@@ -66,9 +66,15 @@ class StepContext:
     item_index: int | None = None
     # Reads a fan-out step's stored results, paged: (step index, start, count) -> results.
     pages: Callable[[int, int, int], list[Any]] | None = None
-    # Typed reads (engine/serde.py): the step's serializer, and the execution's input as started.
+    # Typed reads (engine/serde.py): the step's serializer, and the execution's input as started
+    # (the stored dict itself: ``input`` copies it only when a step reads it).
     serializer: Serializer = DEFAULT
-    input: Mapping[str, Any] = field(default_factory=dict)
+    _input: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def input(self) -> Mapping[str, Any]:
+        """The execution's input as started, a read-only copy (the context changes; this does not)."""
+        return MappingProxyType(json.loads(canonical_json(self._input)))
 
     def get(self, name: str, type_: Any = None) -> Any:
         """``data[name]``, loaded as ``type_`` through the serializer (as stored without one)."""
