@@ -10,6 +10,8 @@ import pytest
 
 from engine import NonRetryableError, Registry, step, workflow
 from engine.errors import InvalidInput
+from engine.fan_view import page
+from engine.fanout_spec import map as fan_map
 from engine.serde import JsonSerializer
 from loom.testing import WorkflowTest, run_workflow
 from workflows.typed import Line, Order, Quote, Tier
@@ -167,3 +169,21 @@ def test_a_compensation_reads_the_typed_result_it_undoes():
         assert t.run(eid).status.value == "COMPENSATED"
         undo = [r for r in t.history(eid) if r.name.endswith("compensate")]
         assert [r.result for r in undo] == [{"released": "h-x1", "seats": 2}]
+
+
+def typed_item(ctx):
+    return Hold(f"h-{ctx.item}", 1)
+
+
+def test_a_typed_map_item_result_is_refused_as_not_json_for_now():
+    reg = Registry()
+    steps = [fan_map(items=lambda ctx: [1], run=typed_item, name="holds")]
+    workflow("typed_items", registry=reg)(type("TypedItems", (), {"steps": steps}))
+    with WorkflowTest(reg) as t:
+        eid = t.start("typed_items")
+        ex = t.run(eid)
+        found = page(t.engine, eid, 0)
+        assert ex.status.value == "FAILED" and found is not None
+        (item,) = found.records
+        assert item.status.value == "FAILED" and item.error is not None and item.error["type"] == "InvalidResult"
+        assert "the item's result is not JSON-serialisable: Object of type Hold" in item.error["message"]
