@@ -34,6 +34,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import RetryDecision, RetryPolicy, decide
+from engine.serde import DEFAULT, is_typed
 from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
 from engine.workflow import SleepSpec, StepContext, StepSpec, WorkflowSpec
 
@@ -61,6 +62,8 @@ def context_for(parts: Parts, ex: Execution, st: StepSpec) -> StepContext:
         services=parts.services,
         pages=fan_results.reader(parts, ex.id),
         tokens=lambda step: _token(parts, ex.id, step),
+        serializer=st.serializer or DEFAULT,
+        _input=ex.input,
     )
 
 
@@ -72,14 +75,25 @@ def _token(parts: Parts, execution_id: str, step: int) -> str:
     return handle.token
 
 
-def check_result(ex: Execution, result: Any) -> dict[str, Any] | None:
-    """The result as stored JSON; ``InvalidResult`` or ``ResultTooLarge`` (both non-retryable)."""
-    if result is not None and not isinstance(result, dict):
-        raise InvalidResult(f"a step must return a dict or None, not {type(result).__name__}")
+def check_result(ex: Execution, result: Any, st: StepSpec | None = None) -> dict[str, Any] | None:
+    """The result as stored JSON; ``InvalidResult`` or ``ResultTooLarge`` (both non-retryable).
+
+    Given the step ``st``, its serializer dumps the result first: a typed value (a dataclass,
+    a model) is one object and lands under the step's name; a dict merges, as without one.
+    """
+    typed = st is not None and is_typed(result)
+    if result is not None and not isinstance(result, dict) and not typed:
+        accepted = "a dict, None or a typed value (a dataclass, a model)" if st is not None else "a dict or None"
+        raise InvalidResult(f"a step must return {accepted}, not {type(result).__name__}")
     try:
+        if st is not None and result is not None:
+            dumped = (st.serializer or DEFAULT).dump(result)
+            result = {st.name: dumped} if typed else dumped
         result_json = canonical_json(result)
     except (TypeError, ValueError) as exc:
         raise InvalidResult(f"the step's result is not JSON-serialisable: {exc}") from exc
+    if not isinstance(result, (dict, type(None))):
+        raise InvalidResult(f"the serializer dumped a dict result to {type(result).__name__}, not an object")
     stored: dict[str, Any] | None = json.loads(result_json)
     merged = canonical_json(tr.merge_context(ex.context, stored))
     # Both items the result lands in: the execution (input + merged context, with room to

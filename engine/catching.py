@@ -23,6 +23,7 @@ from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
+from engine.serde import DEFAULT
 from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus, canonical_json
 from engine.verdicts import GuardVerdict, check_guard
 from engine.workflow import Phase, StepContext, StepSpec, WorkflowSpec
@@ -77,12 +78,14 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
         services=parts.services,
         phase=Phase.CATCH,
         failure=MappingProxyType(error),
+        serializer=st.serializer or DEFAULT,
+        _input=ex.input,
     )
     info = {"execution_id": ex.id, "step": ex.current_step, "attempt": ex.attempt, "phase": Phase.CATCH.value}
     parts.faults.point(FaultPoint.BEFORE_STEP, **info)
     started = parts.clock.now()
     try:
-        result = attempts.check_result(ex, st.catch(ctx, error))
+        result = attempts.check_result(ex, st.catch(ctx, error), st)
     except Exception as exc:
         return _fail(parts, ex, spec, st, exc, started, AttemptOutcome.FAILED)
     parts.faults.point(FaultPoint.AFTER_STEP, **info)

@@ -32,6 +32,7 @@ from engine.outbox import execution_log, notify_parent
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
+from engine.serde import DEFAULT
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
 from engine.verdicts import CompensationVerdict, check_compensation
 from engine.workflow import Phase, StepContext, StepSpec, WorkflowSpec
@@ -119,6 +120,8 @@ def _run_marked(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec, f
         phase=Phase.COMPENSATE,
         result=MappingProxyType(dict(forward.result or {})),
         failure=MappingProxyType(dict(ex.error or {})),
+        serializer=st.serializer or DEFAULT,
+        _input=ex.input,
     )
     info = {"execution_id": ex.id, "step": ex.current_step, "attempt": ex.attempt, "phase": Phase.COMPENSATE.value}
     parts.faults.point(FaultPoint.BEFORE_STEP, **info)

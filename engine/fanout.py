@@ -38,7 +38,7 @@ from engine.errors import (
 )
 from engine.escalation import begin_compensation
 from engine.fan_children import WAITING, await_child
-from engine.fan_items import item_context, item_values
+from engine.fan_items import check_item_names, item_context, item_label, item_values
 from engine.fan_results import step_result
 from engine.fanout_spec import FanKind, FanoutSpec
 from engine.history_rules import last_attempt
@@ -80,6 +80,7 @@ def open_fanout(parts: Parts, ex: Execution, spec: WorkflowSpec, st: FanoutSpec)
     started = parts.clock.now()
     try:
         values = item_values(parts, ex, st)
+        check_item_names(st, values)
     except Exception as exc:
         return attempts.fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     n = len(values)
@@ -224,10 +225,12 @@ def _attempt(
 ) -> LinkResult:
     started = parts.clock.now()
     info = {"execution_id": ex.id, "step": ex.current_step, "attempt": attempt, "item": idx}
+    label: str | None = None  # the item's name: stored by the write that records the item
     try:
         values = item_values(parts, ex, st)
         if len(values) != join.n:
             raise InvalidFanoutItems(f"map {st.name!r}: items changed from {join.n} to {len(values)}")
+        label = item_label(st, idx, values[idx])
         parts.faults.point(FaultPoint.BEFORE_STEP, **info)
         ctx = item_context(parts, ex, st, idx, values[idx], attempt)
         item_spec = st.item_spec(idx)
@@ -237,16 +240,24 @@ def _attempt(
         result = check_item_result(st, raw)
     except Exception as exc:
         lost = Attempt(attempt, started, parts.clock.now(), AttemptOutcome.FAILED)
-        return _failed(parts, ex, spec, st, join, idx, lost, exc)
+        return _failed(parts, ex, spec, st, join, idx, lost, exc, label=label)
     parts.faults.point(FaultPoint.AFTER_STEP, **info)
     done = Attempt(attempt, started, parts.clock.now(), AttemptOutcome.COMPLETED)
     try:
         parts.store.commit_item(
-            ex.id, ex.current_step, st.name, idx, join.shards, done, result, chain_end=join.is_chain_end(idx)
+            ex.id,
+            ex.current_step,
+            st.name,
+            idx,
+            join.shards,
+            done,
+            result,
+            chain_end=join.is_chain_end(idx),
+            label=label,
         )
     except PayloadTooLarge as exc:
         too_large = InvalidResult(f"item {idx}'s result does not fit its record: {exc.message}")
-        return _failed(parts, ex, spec, st, join, idx, done, too_large)
+        return _failed(parts, ex, spec, st, join, idx, done, too_large, label=label)
     except ConflictError:
         execution_log(ex).info("fanout.item_commit_refused", item=idx)
         return after_final(parts, ex, spec, st, idx, own=False, ran=1)
@@ -273,6 +284,8 @@ def _failed(
     idx: int,
     attempt: Attempt,
     error: BaseException,
+    *,
+    label: str | None = None,
 ) -> LinkResult:
     """The item's retry policy decides; a final failure is counted with its record."""
     decision = decide(st.item_policy(idx, spec.retry), error, attempt.attempt, parts.rng)
@@ -282,7 +295,7 @@ def _failed(
     log = execution_log(ex).bind(item=idx)
     chain_end = join.is_chain_end(idx)
     if not parts.store.fail_item(
-        ex.id, ex.current_step, st.name, idx, join.shards, recorded, final=final, chain_end=chain_end
+        ex.id, ex.current_step, st.name, idx, join.shards, recorded, final=final, chain_end=chain_end, label=label
     ):
         log.info("fanout.item_failure_refused")
         return after_final(parts, ex, spec, st, idx, own=False, ran=1)

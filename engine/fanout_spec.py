@@ -30,6 +30,8 @@ from engine.workflow import (
 )
 
 ItemsFn = Callable[[StepContext], Any]
+# ``namer(item, index) -> str``: a map item's name in the history and the console (engine/fan_items.py).
+ItemNamer = Callable[[Any, int], str]
 
 
 class FanKind(StrEnum):
@@ -61,6 +63,7 @@ class FanoutSpec(StepSpec):
     max_concurrency: int = 1
     policy: CompletionPolicy = field(default_factory=CompletionPolicy)
     on_failure: OnFailure = OnFailure.BATCH
+    item_namer: ItemNamer | None = None
 
     def item_spec(self, idx: int) -> StepSpec:
         return self.branches[idx] if self.kind is FanKind.PARALLEL else self.branches[0]
@@ -85,6 +88,8 @@ class FanoutSpec(StepSpec):
         }
         if self.kind is FanKind.MAP and self.items is not None:
             out["items"] = _fn_name(self.items)
+        if self.item_namer is not None:
+            out["item_namer"] = _fn_name(self.item_namer)
         if self.compensates_items:
             out["compensate"] = "each committed item's own compensation"
         if self.catch is not None:
@@ -256,6 +261,7 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
     retry: RetryPolicy | None = None,
     compensate: StepFn | None = None,
     catch: Any = None,
+    item_namer: ItemNamer | None = None,
 ) -> FanoutSpec:
     """Run ``run`` once per element of ``items(ctx)`` (a list of JSON values, at most 10,000).
 
@@ -264,6 +270,8 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
     ``ctx.results(name)`` pages through. ``max_concurrency`` of 0 or None means no window, as in the
     reference: every item is sent as the map opens (at most MAX_ITEMS of them). Failed items
     do not fail the step unless ``on_failure="fail"``: ``ctx.batch(name)`` tells the next step.
+    ``item_namer(item, index)`` names each item for the history and the console: 1 to 64 safe
+    characters, unique within the map (checked as the map opens; engine/fan_items.py).
     """
     if not callable(items):
         raise WorkflowDefinitionError(f"map items {items!r} must be a function of the context")
@@ -272,6 +280,8 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
         if not callable(compensate):
             raise WorkflowDefinitionError(f"compensate {compensate!r} of map {name!r} is not callable")
         spec = replace(spec, compensate=compensate)
+    if item_namer is not None and not callable(item_namer):
+        raise WorkflowDefinitionError(f"item_namer {item_namer!r} of map {name!r} must be a function of (item, index)")
     return FanoutSpec(
         fn=_never,
         name=_name(name, "step name"),
@@ -284,4 +294,5 @@ def map(  # the issue's spelling, as in Lambda durable functions (shadows the bu
         max_concurrency=_map_window(max_concurrency),
         policy=completion_policy(min_successful, tolerated_failures, tolerated_failure_percentage),
         on_failure=_on_failure(on_failure),
+        item_namer=item_namer,
     )

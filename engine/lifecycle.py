@@ -28,8 +28,9 @@ from engine.join import to_resend
 from engine.limits import check_execution_id, check_item, meta_item_size
 from engine.outbox import dispatch, execution_log, notify_parent
 from engine.parts import Parts
+from engine.serde import is_typed
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepStatus, WaitKind, canonical_json
-from engine.workflow import ChildSpec, StepSpec
+from engine.workflow import ChildSpec, StepSpec, WorkflowSpec
 
 CONFLICT_RETRIES = 5
 MAX_EXECUTION_ID = 128
@@ -54,7 +55,8 @@ def start(
     if execution_id is None:
         execution_id = uuid.uuid4().hex
     check_execution_id(execution_id)
-    input_json = _input_json(input)
+    input_json = _input_json(input, spec)
+    _check_input_type(spec, json.loads(input_json))
     check_item(meta_item_size(input_json, input_json), "the input")
     now = parts.clock.now()
     document = json.loads(input_json)
@@ -89,15 +91,30 @@ def start(
     return ex, True
 
 
-def _input_json(input: Any) -> str:
+def _input_json(input: Any, spec: WorkflowSpec) -> str:
     if input is None:
         input = {}
-    if not isinstance(input, dict):
+    if not isinstance(input, dict) and not is_typed(input):
         raise InvalidInput("input must be a JSON object")
     try:
+        if is_typed(input):  # a dataclass or a model given to start: stored as the JSON it dumps to
+            input = spec.serializer.dump(input)
+            if not isinstance(input, dict):
+                raise InvalidInput(f"input must dump to a JSON object, not {type(input).__name__}")
         return canonical_json(input)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"input is not JSON-serialisable: {exc}") from exc
+
+
+def _check_input_type(spec: WorkflowSpec, document: dict[str, Any]) -> None:
+    """A workflow with ``input_type`` refuses, before any write, an input that does not load into it."""
+    if spec.input_type is None:
+        return
+    try:
+        spec.serializer.load(document, spec.input_type)
+    except (TypeError, ValueError) as exc:
+        name = getattr(spec.input_type, "__name__", repr(spec.input_type))
+        raise InvalidInput(f"workflow {spec.name!r}: the input does not load into {name}: {exc}") from None
 
 
 def get(parts: Parts, execution_id: str) -> Execution:

@@ -131,8 +131,10 @@ class Store(Protocol):
         result: Any,
         *,
         chain_end: bool = False,
+        label: str | None = None,
     ) -> None:
         """Item COMPLETED with its result, and the join's ``ok`` counted, in one transaction.
+        ``label``: the item's name (a map's ``item_namer``), stored by the same write.
 
         ``ConflictError`` (``current``: the item record) under the step-history rules.
         """
@@ -148,6 +150,7 @@ class Store(Protocol):
         *,
         final: bool,
         chain_end: bool = False,
+        label: str | None = None,
     ) -> bool:
         """Append a failed attempt (final: FAILED and the join's ``failed`` counted, in one
         transaction); False if the history rules refuse it. ``chain_end``: the item is the last

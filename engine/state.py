@@ -234,6 +234,8 @@ class StepRecord:
     error: dict[str, Any] | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    # A map item's name from its ``item_namer`` (engine/fan_items.py); None for every other record.
+    label: str | None = None
 
 
 class HandleStatus(StrEnum):

@@ -29,7 +29,7 @@ def run_step(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -> L
         raw: Any = polls.check(ex, st, ctx) if isinstance(st, PollSpec) else st.fn(ctx)
         if polls.said_not_yet(raw):
             return polls.not_yet(parts, ex, spec, st, raw, started_at=started)
-        result = check_result(ex, raw)
+        result = check_result(ex, raw, st)
     except Exception as exc:
         return fail_attempt(parts, ex, spec, st, exc, started_at=started, outcome=AttemptOutcome.FAILED)
     parts.faults.point(FaultPoint.AFTER_STEP, execution_id=ex.id, step=ex.current_step, attempt=ex.attempt)

@@ -24,6 +24,7 @@ from engine.poll_strategy import fixed as fixed
 from engine.retry import RetryPolicy
 from engine.schedule_expr import CatchUp
 from engine.schedule_expr import parse as parse_schedule
+from engine.serde import DEFAULT, Serializer, check_input_type, check_serializer
 from engine.state import canonical_json
 
 if TYPE_CHECKING:
@@ -80,6 +81,25 @@ class StepContext:
             raise RuntimeError("this context cannot read callback tokens")
         return self.tokens(int(value["step"]))
 
+    # Typed reads (engine/serde.py): the step's serializer, and the execution's input as started
+    # (the stored dict itself: ``input`` copies it only when a step reads it).
+    serializer: Serializer = DEFAULT
+    _input: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def input(self) -> Mapping[str, Any]:
+        """The execution's input as started, a read-only copy (the context changes; this does not)."""
+        return MappingProxyType(json.loads(canonical_json(self._input)))
+
+    def get(self, name: str, type_: Any = None) -> Any:
+        """``data[name]``, loaded as ``type_`` through the serializer (as stored without one)."""
+        value = self.data[name]
+        return value if type_ is None else self.serializer.load(_plain(value), type_)
+
+    def input_as(self, type_: Any) -> Any:
+        """The execution's input as ``type_`` (the workflow's ``input_type`` checked it at start)."""
+        return self.serializer.load(_plain(self.input), type_)
+
     @property
     def idempotency_key(self) -> str:
         # Stable across attempts and redeliveries: side effects key on this. A compensation
@@ -112,7 +132,16 @@ class StepContext:
         return batch_result.read(self.data, name)
 
 
-StepFn = Callable[[StepContext], "dict[str, Any] | None"]
+def _plain(value: Any) -> Any:
+    # The context is read-only (MappingProxyType); a loader sees plain dicts, as JSON gives them.
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+StepFn = Callable[[StepContext], Any]
 # ``handler(ctx, error)``: ``error`` is the failure as the history recorded it (type, message...).
 CatchFn = Callable[[StepContext, "dict[str, Any]"], "dict[str, Any] | None"]
 
@@ -132,6 +161,8 @@ class StepSpec:
     compensate_retry: RetryPolicy | None = None
     # Runs as a durable step when this step fails for good; the workflow then goes on.
     catch: CatchFn | None = None
+    # Dumps a typed result to JSON and loads typed reads (None: the workflow's, else DEFAULT).
+    serializer: Serializer | None = None
 
     @property
     def is_sleep(self) -> bool:
@@ -282,7 +313,10 @@ def step(
     compensate: StepFn | None = None,
     compensate_retry: RetryPolicy | None = None,
     catch: CatchFn | None = None,
+    serializer: Serializer | None = None,
 ) -> StepSpec:
+    """A step: ``fn(ctx)`` returns a dict (merged into the context), None, or a typed value (a
+    dataclass or a model), dumped by ``serializer`` and stored under the step's name."""
     if not callable(fn):
         raise WorkflowDefinitionError(f"step {fn!r} is not callable")
     if semantics not in SEMANTICS:
@@ -303,6 +337,7 @@ def step(
         compensate=compensate,
         compensate_retry=compensate_retry,
         catch=catch,
+        serializer=check_serializer(serializer, f"step {name or fn.__name__!r}"),
     )
 
 
@@ -571,6 +606,9 @@ class WorkflowSpec:
     catch_up: CatchUp = CatchUp.RUN_ONCE
     # ``@workflow(name, version=2)``: versions of one name stay registered side by side.
     version: int = 1
+    # The steps' serializer where a step names none; ``input_type``: what a start's input must load into.
+    serializer: Serializer = DEFAULT
+    input_type: Any = None
 
     @cached_property  # read on every message (Registry.of); the spec never changes once built
     def fingerprint(self) -> str:
@@ -598,7 +636,9 @@ class WorkflowSpec:
         return spec.timeout if spec.timeout is not None else self.step_timeout
 
     def describe(self) -> dict[str, Any]:
+        typed = {} if self.input_type is None else {"input_type": _type_name(self.input_type)}
         return {
+            **typed,
             "name": self.name,
             "version": self.version,
             "fingerprint": self.fingerprint,
@@ -609,6 +649,10 @@ class WorkflowSpec:
             else {"expression": self.schedule, "catch_up": self.catch_up.value},
             "steps": [_describe_step(self, i, s) for i, s in enumerate(self.steps)],
         }
+
+
+def _type_name(tp: Any) -> str:
+    return str(getattr(tp, "__name__", repr(tp)))
 
 
 def describe_retry(policy: RetryPolicy) -> dict[str, Any]:
@@ -652,6 +696,8 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
             out["compensate"] = getattr(s.compensate, "__name__", repr(s.compensate))
         if s.catch is not None:
             out["catch"] = getattr(s.catch, "__name__", repr(s.catch))
+        if s.serializer is not None and s.serializer is not DEFAULT:
+            out["serializer"] = type(s.serializer).__name__
         out["retry"] = describe_retry(spec.policy_for(s))
         if s.compensate is not None:
             out["compensate_retry"] = describe_retry(spec.compensation_policy_for(s))
@@ -710,6 +756,8 @@ def build_spec(
     schedule: str | None = None,
     catch_up: CatchUp | str = CatchUp.RUN_ONCE,
     version: int = 1,
+    serializer: Serializer | None = None,
+    input_type: Any = None,
 ) -> WorkflowSpec:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise WorkflowDefinitionError(f"workflow name {name!r} must match {NAME_RE.pattern}")
@@ -728,6 +776,14 @@ def build_spec(
     specs = resolve_handles(name, specs)
     expression, policy = check_schedule(name, schedule, catch_up)
     check_version(name, version)
+    chosen = check_serializer(serializer, f"workflow {name!r}")
+    if chosen is not None:
+        # Resolved once, here: a step's context then needs only its own spec to read typed values.
+        specs = [
+            replace(s, serializer=chosen) if isinstance(s, StepSpec) and s.serializer is None else s for s in specs
+        ]
+    typed_input = check_input_type(input_type, f"workflow {name!r}")
+    _check_scheduled_input(name, expression, chosen or DEFAULT, typed_input)
     return WorkflowSpec(
         name=name,
         steps=tuple(specs),
@@ -736,6 +792,8 @@ def build_spec(
         schedule=expression,
         catch_up=policy,
         version=version,
+        serializer=chosen or DEFAULT,
+        input_type=typed_input,
     )
 
 
@@ -767,6 +825,23 @@ def resolve_handles(workflow: str, specs: list[Spec]) -> list[Spec]:
             s = replace(s, name=s.name or f"wait_callbacks_{i}", handles=names, handle_steps=steps)
         out.append(s)
     return out
+
+
+# What every fire of a schedule starts with (engine/schedule_plan.py writes the time this way).
+SCHEDULED_INPUT = {"scheduled_at": "2026-01-01T00:00:00Z"}
+
+
+def _check_scheduled_input(name: str, schedule: str | None, serializer: Serializer, input_type: Any) -> None:
+    """A scheduled workflow's input_type must take the input a fire gives, or every fire would fail."""
+    if schedule is None or input_type is None:
+        return
+    try:
+        serializer.load(dict(SCHEDULED_INPUT), input_type)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowDefinitionError(
+            f"workflow {name!r}: a schedule starts it with {{'scheduled_at': '<ISO time>'}}, "
+            f"which input_type does not load: {exc}"
+        ) from None
 
 
 def check_version(name: str, version: object) -> None:
@@ -851,6 +926,8 @@ def workflow(
     schedule: str | None = None,
     catch_up: CatchUp | str = CatchUp.RUN_ONCE,
     version: int = 1,
+    serializer: Serializer | None = None,
+    input_type: Any = None,
 ) -> Callable[[type], type]:
     """Class decorator: ``steps = [...]``, optional ``retry = RetryPolicy(...)`` and ``step_timeout = 30``.
 
@@ -859,10 +936,14 @@ def workflow(
     ``catch_up`` is ``"run_once"`` (one run for all firings missed in an outage) or ``"skip"``.
     ``version=2`` registers a new definition beside version 1: new starts take the newest, and
     each execution runs on the definition it started with (engine/definitions.py).
+    ``input_type=Order`` refuses a start whose input does not load into ``Order`` (InvalidInput);
+    ``serializer=`` dumps and loads the typed values of every step that names none (engine/serde.py).
     """
     # Checked now, at the decorator, so a bad expression fails the import, not a later tick.
     check_schedule(name, schedule, catch_up)
     check_version(name, version)
+    check_serializer(serializer, f"workflow {name!r}")
+    check_input_type(input_type, f"workflow {name!r}")
 
     def register(cls: type) -> type:
         spec = build_spec(
@@ -873,6 +954,8 @@ def workflow(
             schedule=schedule,
             catch_up=catch_up,
             version=version,
+            serializer=serializer,
+            input_type=input_type,
         )
         (registry or default_registry).add(spec)
         cls.spec = spec  # type: ignore[attr-defined]

@@ -118,8 +118,9 @@ def step(record: StepRecord, kinds: list[str] | None = None) -> dict[str, Any]:
 
 def fan_item(record: StepRecord | None, index: int, unstarted: str, name: str | None = None) -> dict[str, Any]:
     """One item of a fan-out step; an item with no record yet is ``unstarted`` with no attempts.
-    ``name``: a parallel's branch name."""
-    named = {} if name is None else {"name": name}
+    ``name``: a parallel's branch name; a map item's is its record's (its ``item_namer``'s)."""
+    label = name if name is not None else (record.label if record is not None else None)
+    named = {} if label is None else {"name": label}
     if record is None:
         return {"index": index, **named, "status": unstarted, "attempts": [], "duration_seconds": None}
     return {

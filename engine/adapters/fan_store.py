@@ -78,6 +78,7 @@ def step_record(execution_id: str, item: dict[str, Any]) -> StepRecord:
         error=_loads(item.get("error")),
         started_at=None if "started_at" not in item else float(item["started_at"]["N"]),
         finished_at=None if "finished_at" not in item else float(item["finished_at"]["N"]),
+        label=item["label"]["S"] if "label" in item else None,
     )
 
 
@@ -171,6 +172,7 @@ class FanStore:
         result: Any,
         *,
         chain_end: bool = False,
+        label: str | None = None,
     ) -> None:
         result_json = canonical_json(result)
         check_item(history_item_size(result_json, attempt.attempt), f"item {idx} of step {name!r}")
@@ -187,6 +189,7 @@ class FanStore:
         names = {"#s": "status", "#r": "result", "#n": "name", "#e": "error"}
         counter = "ok :one, ends" if chain_end else "ok"
         condition = f"{MAY_COMMIT} AND {NOT_DECLINED}"
+        update = _with_label(update, names, values, label)
         _transact(self, execution_id, step, idx, shards, update, condition, names, values, counter)
 
     def fail_item(
@@ -200,6 +203,7 @@ class FanStore:
         *,
         final: bool,
         chain_end: bool = False,
+        label: str | None = None,
     ) -> bool:
         status = StepStatus.FAILED if final else StepStatus.RETRYING
         update = (
@@ -213,6 +217,7 @@ class FanStore:
             ":e": {"S": canonical_json(attempt.error)},
         }
         names = {"#s": "status", "#e": "error", "#n": "name"}
+        update = _with_label(update, names, values, label)
         try:
             if final:
                 update += ", finished_at = :f"
@@ -271,6 +276,16 @@ class FanStore:
             items = query_items(self._db, f"table {self._table}", kwargs)
             found.extend(step_record(execution_id, item) for item in items)
         return sorted(found, key=lambda r: r.index)
+
+
+def _with_label(update: str, names: dict[str, str], values: dict[str, Any], label: str | None) -> str:
+    """The item's name rides on the write that records the item: no write of its own."""
+    if label is None:
+        return update
+    names["#lb"] = "label"
+    values[":label"] = {"S": label}
+    set_part, sep, rest = update.partition(" REMOVE ")
+    return f"{set_part}, #lb = :label{sep}{rest}"
 
 
 def _attempt_values(idx: int, name: str, attempt: Attempt) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def item_lines(step: dict[str, Any]) -> list[str]:
     for item in items[:MAX_ITEMS]:
         tries = len(item.get("attempts") or [])
         took = duration(item.get("duration_seconds"))
-        named = f" {item['name']}" if item.get("name") else ""  # a parallel's branch
+        named = f" {item['name']}" if item.get("name") else ""  # a parallel's branch, a named map item
         text = f"item {item.get('index')}{named}: {item.get('status', '?')}, {tries} attempt(s), {took}"
         errors = [
             a["error"] for a in item.get("attempts") or [] if isinstance(a, dict) and isinstance(a.get("error"), dict)

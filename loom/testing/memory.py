@@ -143,6 +143,7 @@ class InMemoryStore:
         result: Any,
         *,
         chain_end: bool = False,
+        label: str | None = None,
     ) -> None:
         record = self._items.get((execution_id, step, idx))
         rule = commit_refused_by(record, attempt.attempt)
@@ -154,7 +155,9 @@ class InMemoryStore:
             raise ConflictError(f"item {idx} refuses the commit ({rule.value})", current=copy.deepcopy(record))
         check_item(utf8_len(canonical_json(result)) + 200, f"item {idx} of step {name!r}")
         base = record or StepRecord(execution_id, idx, name, StepStatus.RUNNING, started_at=attempt.started_at)
-        done = replace(base, status=StepStatus.COMPLETED, attempts=(*base.attempts, attempt), error=None)
+        done = replace(
+            base, status=StepStatus.COMPLETED, attempts=(*base.attempts, attempt), error=None, label=label or base.label
+        )
         self._items[(execution_id, step, idx)] = replace(
             done, result=copy.deepcopy(result), finished_at=attempt.finished_at
         )
@@ -171,6 +174,7 @@ class InMemoryStore:
         *,
         final: bool,
         chain_end: bool = False,
+        label: str | None = None,
     ) -> bool:
         record = self._items.get((execution_id, step, idx))
         if failure_refused_by(record, attempt.attempt) is not None or (final and self._fenced(execution_id, step)):
@@ -184,6 +188,7 @@ class InMemoryStore:
             attempts=(*base.attempts, attempt),
             error=copy.deepcopy(attempt.error),
             finished_at=attempt.finished_at if final else base.finished_at,
+            label=label or base.label,
         )
         if final:
             self._count(execution_id, step, failed=1, ends=int(chain_end))

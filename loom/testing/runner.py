@@ -129,8 +129,9 @@ class WorkflowTest:
         self.close()
 
     # driving
-    def start(self, workflow: str, input: dict[str, Any] | None = None, execution_id: str | None = None) -> str:
-        ex, _ = self.engine.start(workflow, input or {}, execution_id)
+    def start(self, workflow: str, input: Any = None, execution_id: str | None = None) -> str:
+        """``input``: a dict, or a dataclass or model (stored as the JSON its workflow's serializer dumps)."""
+        ex, _ = self.engine.start(workflow, {} if input is None else input, execution_id)
         return ex.id
 
     def run(
@@ -258,6 +259,13 @@ class WorkflowTest:
     def execution(self, execution_id: str) -> Execution:
         return self.engine.get(execution_id)
 
+    def value(self, execution_id: str, name: str, type_: Any = None) -> Any:
+        """The execution's context value ``name`` (a typed step's result lands under its name), loaded
+        as ``type_`` through the workflow's serializer, as ``ctx.get(name, type_)`` would."""
+        ex = self.engine.get(execution_id)
+        data = ex.context[name]
+        return data if type_ is None else self.engine.registry.of(ex).serializer.load(data, type_)
+
     def status(self, execution_id: str) -> str:
         return self.engine.get(execution_id).status.value
 
@@ -350,7 +358,7 @@ def _record(queued: Queued) -> dict[str, Any]:
 
 
 def run_workflow(
-    workflow: str, input: dict[str, Any] | None = None, *, registry: Registry | None = None, **options: Any
+    workflow: str, input: Any = None, *, registry: Registry | None = None, **options: Any
 ) -> tuple[Execution, list[StepRecord]]:
     """One call for the common case: start, run to the end, return the execution and its history."""
     with WorkflowTest(registry, **options) as test:

@@ -287,6 +287,10 @@ def fan_undo(ctx: Any) -> dict[str, Any]:
     return {"undone": ctx.item_index}
 
 
+def fan_name(value: Any, index: int) -> str:
+    return f"line {value}/{index}"
+
+
 def composite(*, refuse: bool) -> list[Any]:
     """map (items undone) -> child -> callback -> n (undone) -> f (caught) -> h: every primitive at once.
 
@@ -340,10 +344,16 @@ def registry() -> Registry:
     add_workflow(reg, "saga", saga, retry=quick)
     add_workflow(reg, "caught", [make_step("f", catch=True), make_step("h")], retry=quick)
     # "fan" closes as a batch (item 1's failure stops new starts, the rest is declined, "z" runs);
-    # "fan_strict" fails at its fan-out instead (on_failure="fail").
+    # "fan_strict" fails at its fan-out instead (on_failure="fail"). Both name their items (the
+    # composite's are not named): every record written under any fault carries its name.
     for name, on_failure in (("fan", "batch"), ("fan_strict", "fail")):
         items = fan_map(
-            items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, name="fan", max_concurrency=2, on_failure=on_failure
+            items=lambda ctx: list(range(FAN_ITEMS)),
+            run=fan_item,
+            name="fan",
+            max_concurrency=2,
+            on_failure=on_failure,
+            item_namer=fan_name,
         )
         add_workflow(reg, name, [make_step("a"), items, make_step("z")], retry=quick)
     add_workflow(reg, "composite", composite(refuse=False), retry=quick)
@@ -1086,6 +1096,9 @@ class EngineMachine(RuleBasedStateMachine):
         if join is None:
             return None, []
         items = self.store.inner.fan_items(ex.id, index, join.shards, 0, join.n)
+        namer = getattr(REGISTRY.get(ex.workflow).steps[index], "item_namer", None)
+        for r in items:  # the items are range(n): each item's value is its index
+            assert r.label == (None if namer is None else namer(r.index, r.index)), f"{ex.id}: item {r.index} misnamed"
         assert join.ok == sum(r.status is StepStatus.COMPLETED for r in items), f"{ex.id}: ok miscounted"
         assert join.failed == sum(r.status is StepStatus.FAILED for r in items), f"{ex.id}: failed miscounted"
         declined = sum(r.status is StepStatus.NOT_STARTED for r in items)

@@ -176,3 +176,13 @@ def test_a_maps_items_are_nested_under_its_row() -> None:
     assert nested[0] == "item 0: COMPLETED, 1 attempt(s), 0.50s"
     assert nested[1] == "item 1: RETRYING, 1 attempt(s), -: E: m"
     assert len(nested) == 20 + 2 and nested[-2].startswith("... and 2 more item(s)") and "items_next" in nested[-1]
+
+
+def test_a_named_map_item_shows_its_name_beside_its_index() -> None:
+    items = [
+        {"index": 0, "name": "line 0: tea", "status": "COMPLETED", "attempts": [attempt(1, "completed")]},
+        {"index": 1, "status": "PENDING", "attempts": []},  # not recorded yet: no name, the index says which
+    ]
+    body = {"id": "m", "steps": [{"index": 0, "name": "prices", "kind": "map", "status": "RUNNING", "items": items}]}
+    nested = [line.strip() for line in timeline.render(body, NOW, UTC).splitlines() if line.startswith("      ")]
+    assert nested[0].startswith("item 0 line 0: tea: COMPLETED") and nested[1].startswith("item 1: PENDING")

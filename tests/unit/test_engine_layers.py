@@ -45,6 +45,7 @@ LAYERS: dict[str, int] = {
             "error_report",
             "schedule_expr",
             "poll_strategy",
+            "serde",
         ],
         0,
     ),

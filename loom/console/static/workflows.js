@@ -40,6 +40,7 @@
     if (step.kind === "child") out.push(`starts child workflow ${step.workflow}`);
     if (step.kind === "parallel") out.push(`${(step.branches || []).length} branches side by side`);
     if (step.kind === "map") out.push(`runs its branch once per item of ${step.items || "its items"}`);
+    if (step.item_namer) out.push(`items named by ${step.item_namer}`);
     if (step.max_concurrency) out.push(`at most ${step.max_concurrency} at once`);
     const done = completion(step.completion);
     if (done) out.push(done);
@@ -51,6 +52,7 @@
     if (r) out.push(`retry: ${r}`);
     if (step.compensate) out.push(`compensated by ${step.compensate}${step.compensate_retry ? " (" + retry(step.compensate_retry) + ")" : ""}`);
     if (step.catch) out.push(`caught by ${step.catch}`);
+    if (step.serializer) out.push(`serialized by ${step.serializer}`);
     return out;
   }
 
@@ -86,6 +88,7 @@
       h("h2", { id: `wf-h-${w.name}` }, w.name),
       h("p", { class: "muted" }, `${w.steps.length} steps; default retry: ${retry(w.retry) || "(not reported)"}`,
         " · ", h("a", { href: `/?workflow=${encodeURIComponent(w.name)}` }, "its executions")),
+      w.input_type ? h("p", { class: "input-type" }, "input: ", h("code", {}, w.input_type)) : null,
       schedule(w.schedule),
       versions(w.versions),
       h("ol", { class: "steps", start: 0 }, w.steps.map(stepItem)))));
