@@ -59,6 +59,7 @@ from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.ports import FaultPoint
 from engine.retry import decide
+from engine.serde import DEFAULT, is_typed
 from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, canonical_json
 from engine.workflow import ChildSpec, WorkflowSpec
 
@@ -237,7 +238,7 @@ def _attempt(
         raw = await_child(parts, ex, item_spec, ctx) if isinstance(item_spec, ChildSpec) else item_spec.fn(ctx)
         if raw is WAITING:
             return LinkResult(OutcomeStatus.WAITING)  # the child's end sends this item's message again
-        result = check_item_result(st, raw)
+        result = check_item_result(st, raw, idx)
     except Exception as exc:
         lost = Attempt(attempt, started, parts.clock.now(), AttemptOutcome.FAILED)
         return _failed(parts, ex, spec, st, join, idx, lost, exc, label=label)
@@ -265,12 +266,19 @@ def _attempt(
     return after_final(parts, ex, spec, st, idx, own=True, ran=1)
 
 
-def check_item_result(st: FanoutSpec, raw: Any) -> Any:
-    """A map item may return any JSON value; a branch, like a step, a dict or None."""
-    if st.kind is FanKind.PARALLEL and raw is not None and not isinstance(raw, dict):
-        raise InvalidResult(f"a branch must return a dict or None, not {type(raw).__name__}")
+def check_item_result(st: FanoutSpec, raw: Any, idx: int = 0) -> Any:
+    """A map item may return any JSON value or a typed one (a dataclass, a model), dumped by its
+    serializer (the item's, else the fan-out step's, else JSON); a branch, like a step, a dict,
+    None or a typed value, which lands under the branch's name (engine/serde.py)."""
+    spec = st.item_spec(idx)
+    typed = is_typed(raw)
+    if st.kind is FanKind.PARALLEL and raw is not None and not isinstance(raw, dict) and not typed:
+        raise InvalidResult(f"a branch must return a dict, None or a typed value, not {type(raw).__name__}")
     try:
-        return json.loads(canonical_json(raw))
+        dumped = (spec.serializer or st.serializer or DEFAULT).dump(raw)
+        if typed and st.kind is FanKind.PARALLEL:
+            dumped = {spec.name: dumped}
+        return json.loads(canonical_json(dumped))
     except (TypeError, ValueError) as exc:
         raise InvalidResult(f"the item's result is not JSON-serialisable: {exc}") from exc
 

@@ -102,7 +102,7 @@ def test_each_item_record_carries_its_name_and_the_history_rows_show_it():
 def test_a_failed_item_is_named_too():
     with WorkflowTest(_registry()) as t:
         eid = t.start("named", {"lines": [{"sku": "tea", "qty": 1}, {"sku": "broken", "qty": 1}]})
-        assert t.run(eid).status.value == "FAILED"
+        assert t.run(eid).status.value == "COMPLETED", "a failed item is in the batch; it does not fail the map"
         found = page(t.engine, eid, 0)
         assert found is not None and [(r.label, r.status.value) for r in found.records] == [
             ("tea", "COMPLETED"),

@@ -12,6 +12,7 @@ from engine import NonRetryableError, Registry, step, workflow
 from engine.errors import InvalidInput
 from engine.fan_view import page
 from engine.fanout_spec import map as fan_map
+from engine.fanout_spec import parallel as fan_parallel
 from engine.serde import JsonSerializer
 from loom.testing import WorkflowTest, run_workflow
 from workflows.typed import Line, Order, Quote, Tier
@@ -175,15 +176,38 @@ def typed_item(ctx):
     return Hold(f"h-{ctx.item}", 1)
 
 
-def test_a_typed_map_item_result_is_refused_as_not_json_for_now():
+def test_typed_map_items_and_branches_are_stored_as_json_and_read_back_typed():
     reg = Registry()
-    steps = [fan_map(items=lambda ctx: [1], run=typed_item, name="holds")]
+
+    def holds(ctx):
+        return {"seats": [h.seats for h in ctx.get("holds", list[Hold])], "branch": ctx.get("typed_item", Hold).id}
+
+    steps = [
+        fan_map(items=lambda ctx: [1, 2], run=typed_item, name="holds"),
+        fan_parallel(step(typed_item), name="one"),
+        step(holds),
+    ]
     workflow("typed_items", registry=reg)(type("TypedItems", (), {"steps": steps}))
     with WorkflowTest(reg) as t:
         eid = t.start("typed_items")
         ex = t.run(eid)
+        assert ex.status.value == "COMPLETED", ex.error
+        assert ex.context["holds"] == [{"id": "h-1", "seats": 1}, {"id": "h-2", "seats": 1}], "stored as JSON"
+        assert ex.context["typed_item"] == {"id": "h-None", "seats": 1}, "a typed branch lands under its name"
+        assert ex.context["seats"] == [1, 1] and ex.context["branch"] == "h-None"
         found = page(t.engine, eid, 0)
-        assert ex.status.value == "FAILED" and found is not None
+        assert found is not None and [r.result for r in found.records] == ex.context["holds"]
+
+
+def test_an_item_result_no_serializer_dumps_is_refused_naming_its_type():
+    reg = Registry()
+    steps = [fan_map(items=lambda ctx: [1], run=lambda ctx: object(), name="holds")]
+    workflow("untyped_items", registry=reg)(type("UntypedItems", (), {"steps": steps}))
+    with WorkflowTest(reg) as t:
+        eid = t.start("untyped_items")
+        t.run(eid)
+        found = page(t.engine, eid, 0)
+        assert found is not None
         (item,) = found.records
         assert item.status.value == "FAILED" and item.error is not None and item.error["type"] == "InvalidResult"
-        assert "the item's result is not JSON-serialisable: Object of type Hold" in item.error["message"]
+        assert "the item's result is not JSON-serialisable: Object of type object" in item.error["message"]
