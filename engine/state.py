@@ -154,6 +154,11 @@ class Execution:
     # readers stop showing it at that time). None while it runs, or with retention off.
     expires_at: float | None = None
 
+    @property
+    def output(self) -> dict[str, Any]:
+        """The context under the name the API, the CLI and the console give it."""
+        return self.context
+
     def expired(self, now: float) -> bool:
         """Past its retention: gone for every reader, whether or not TTL has deleted it yet."""
         return self.expires_at is not None and self.expires_at <= now

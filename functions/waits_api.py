@@ -18,12 +18,13 @@ logs: ``redact_path`` keeps only its hash's first 12 characters.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 from engine import callbacks
 from functions import wiring
-from functions.http import Request, Router, response
+from functions.http import HttpError, Request, Router, response
 
 _CALLBACK_PATH = re.compile(r"^/callbacks/([^/]+)")
 
@@ -33,8 +34,6 @@ def redact_path(path: str) -> str:
     match = _CALLBACK_PATH.match(path)
     if match is None:
         return path
-    import hashlib
-
     secret = match.group(1).rsplit(".", 1)[-1]
     return f"/callbacks/tok:{hashlib.sha256(secret.encode()).hexdigest()[:12]}{path[match.end() :]}"
 
@@ -92,7 +91,18 @@ def _no_query(request: Request) -> None:
         raise InvalidInput(f"unknown query parameter(s) {sorted(request.query)}; allowed: []")
 
 
+def _empty_token(request: Request) -> dict[str, Any]:
+    raise HttpError(
+        400,
+        "invalid_token",
+        f"the callback token in {request.path} is empty: POST /callbacks/<token>/... with the token "
+        "that submit() handed out (or ctx.callback_token(name) of a callback handle)",
+    )
+
+
 def register(router: Router) -> None:
     for action in callbacks.Action:
         router.add("POST", f"/callbacks/{{token}}/{action.value}", _callback(action))
+        # An empty token (a variable that was never set) would read as an unknown path.
+        router.add("POST", f"/callbacks//{action.value}", _empty_token)
     router.add("POST", "/executions/{id}/signals/{name}", signal)

@@ -26,7 +26,6 @@ from loom import stackfile
 SERVICE = "lambda"
 # https://<url-id>.lambda-url.<region>.on.aws/
 URL_REGION = re.compile(r"\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
-NO_STACK = "no local stack is running: run `loom up`, or pass --url"
 
 
 class ClientError(Exception):
@@ -112,7 +111,7 @@ def resolve_target(url: str | None, region: str | None) -> Target:
         return Target(url.rstrip("/"), signed=True, region=region)
     stack = stackfile.read()
     if not stack or not stack.get("control_plane_url"):
-        raise ClientError(NO_STACK)
+        raise ClientError(stackfile.no_stack_message())
     if not stackfile.supervisor_running(stack):
         raise ClientError(stackfile.not_running_message(stack))
     url = str(stack["control_plane_url"]).rstrip("/")

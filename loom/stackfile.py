@@ -42,6 +42,17 @@ def died_at(directory: Path | None = None) -> float | None:
         return None
 
 
+def no_stack_message(directory: Path | None = None) -> str:
+    """Where the lookup went, and how to point it at a stack started from another directory."""
+    where = directory or state_dir()
+    source = "LOOM_STATE_DIR" if os.environ.get("LOOM_STATE_DIR") else "the current directory's .loom"
+    return (
+        f"no local stack is running: run `loom up`, or pass --url (looked for {where / FILENAME}, from {source}; "
+        "a stack started in another directory keeps its state there: set LOOM_STATE_DIR=<that dir>/.loom, "
+        "or pass --state-dir where the command takes one)"
+    )
+
+
 def not_running_message(info: dict[str, Any], directory: Path | None = None) -> str:
     where = info.get("control_plane_url") or str(directory or state_dir())
     last = died_at(directory)

@@ -42,7 +42,10 @@ def register(sub: Any) -> None:
 
 
 def callback(client: ControlPlane, args: argparse.Namespace, action: str) -> int:
-    token = sys.stdin.readline().strip() if args.token == "-" else args.token
+    token = (sys.stdin.readline() if args.token == "-" else args.token).strip()
+    if not token:
+        output.error("the callback token is empty: pass the token submit() handed out, or - to read it from stdin")
+        return EXIT_USAGE
     body: dict[str, Any] | None = None
     try:
         if action == "succeed":

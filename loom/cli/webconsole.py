@@ -9,7 +9,7 @@ from typing import Any
 
 from loom import stackfile
 from loom.cli.output import error
-from loom.client import NO_STACK, ClientError
+from loom.client import ClientError
 
 DEFAULT_PORT = 5232  # loom.console.app.DEFAULT_PORT, without importing the console for --help
 
@@ -59,7 +59,7 @@ def build(args: argparse.Namespace) -> Any:
         return _on_port(lambda port: app.for_url(args.url, args.region, port), args.port)
     info = stackfile.read()
     if not info:
-        raise ClientError(NO_STACK)
+        raise ClientError(stackfile.no_stack_message())
     if not stackfile.supervisor_running(info):
         raise ClientError(stackfile.not_running_message(info))
     return _on_port(lambda port: app.for_stackfile(info, port), args.port)

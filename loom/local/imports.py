@@ -9,10 +9,12 @@ failure into one line naming the module and the fix.
 
 from __future__ import annotations
 
+import difflib
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loom.local.package import FunctionPackage, PackageError
@@ -68,6 +70,9 @@ def fix_for(report: Mapping[str, Any], sources: tuple[str, ...]) -> str:
     if report.get("errorType") != "Runtime.ImportModuleError":
         return f"fix the error in {module} (run `python -c 'import {module}'` to see it)"
     if missing and module.split(".")[0] == str(missing).split(".")[0]:
+        found = package_dir(str(missing), sources)
+        if found is not None:
+            return misspelt(str(missing), found)
         return (
             f'add the directory of {missing} to SOURCES, e.g. SOURCES="{listed} /abs/path/to/{missing}" '
             "(the Makefile packages the same list for sam build)"
@@ -75,6 +80,35 @@ def fix_for(report: Mapping[str, Any], sources: tuple[str, ...]) -> str:
     return (
         f"add the distribution that provides {missing!r} to requirements.txt, or its directory to SOURCES "
         f"(now: {listed}); the deployed function would fail the same way"
+    )
+
+
+def package_dir(missing: str, sources: Sequence[str]) -> Path | None:
+    """The directory in SOURCES of ``missing``'s package, when the package is there and only the
+    module is not (``dxapp.flow`` for ``dxapp.flows``): then SOURCES is right and the name wrong."""
+    parts = missing.split(".")
+    if len(parts) < 2:
+        return None
+    for src in sources:
+        root = Path(src)
+        if root.name == parts[0] and root.is_dir():
+            inner = root.joinpath(*parts[1:-1])
+            return inner if inner.is_dir() else None
+    return None
+
+
+def misspelt(missing: str, directory: Path) -> str:
+    package, leaf = missing.rsplit(".", 1)
+    here = sorted(
+        {f.stem for f in directory.glob("*.py") if f.stem != "__init__"}
+        | {d.name for d in directory.iterdir() if d.is_dir() and (d / "__init__.py").exists()}
+    )
+    close = difflib.get_close_matches(leaf, here, n=1)
+    guess = f"; did you mean {package}.{close[0]}?" if close else ""
+    return (
+        f"the package {package!r} is in SOURCES ({directory}) but has no module {leaf!r} (it has: "
+        f"{', '.join(here) or 'no modules'}){guess} Check the name in LOOM_WORKFLOW_MODULES "
+        "(the WorkflowModules parameter)"
     )
 
 

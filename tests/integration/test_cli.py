@@ -93,6 +93,9 @@ def test_without_a_stack_or_url_it_says_what_to_do(
     code, out, err = loom(capsys, "workflows")
     assert code != 0 and out == ""
     assert "no local stack is running: run `loom up`, or pass --url" in err
+    # Run from another directory than the stack's: where it looked, and how to point it there.
+    assert f"looked for {tmp_path / 'nothing' / 'stack.json'}, from LOOM_STATE_DIR" in err
+    assert "set LOOM_STATE_DIR=<that dir>/.loom, or pass --state-dir" in err
 
 
 def test_start_status_history_list_cancel_on_the_local_stack(

@@ -91,6 +91,9 @@ def test_rejected_callback_requests_write_nothing(fn: Functions) -> None:
         (("POST", f"/callbacks/{token}/heartbeat", {"x": 1}), (400, "invalid_input")),
         (("GET", f"/callbacks/{token}/succeed", None), (405, "method_not_allowed")),
         (("POST", f"/callbacks/{token}/explode", {}), (404, "not_found")),
+        # An unset variable in a script: the empty token is named, not an unknown path.
+        (("POST", "/callbacks//succeed", {"result": {}}), (400, "invalid_token")),
+        (("POST", "/callbacks//heartbeat", None), (400, "invalid_token")),
     ]
     before = snapshot(fn)
     for (method, path, body), expected in cases:
@@ -196,6 +199,8 @@ def test_cli_callback_and_signal(stack: dict[str, Any], capsys: pytest.CaptureFi
     finally:
         sys.stdin = stdin
     assert code == 0 and "callback heartbeat" in out
+    code, out, err = loom(capsys, "callback", "succeed", "  ", "--result", '{"paid": 3}')
+    assert code != 0 and "the callback token is empty" in err, "an empty token is a usage error, sent nowhere"
     code, out, _ = loom(capsys, "callback", "succeed", token, "--result", '{"paid": 3}')
     assert code == 0 and out.strip() == "callback succeed accepted (execution cli-pay, step 1)"
     code, out, _ = loom(capsys, "callback", "succeed", token, "--result", '{"paid": 3}')

@@ -35,6 +35,23 @@ def test_a_module_whose_own_package_is_missing_is_told_to_join_sources():
     assert 'SOURCES="engine functions workflows /abs/path/to/myapp"' in line
 
 
+def test_a_misspelt_module_of_a_package_in_sources_is_told_apart_from_a_missing_package(tmp_path):
+    app = tmp_path / "dxapp"
+    (app / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "flows.py", "models.py", "sub/__init__.py"):
+        (app / name).write_text("")
+    sources = (*SOURCES, str(app))
+    report = _report("dxapp.flow", "dxapp.flow", msg="No module named 'dxapp.flow'")
+    line = describe("WorkerFunction", "functions.worker", report, sources)
+    assert f"the package 'dxapp' is in SOURCES ({app}) but has no module 'flow'" in line
+    assert "(it has: flows, models, sub); did you mean dxapp.flows?" in line
+    assert "LOOM_WORKFLOW_MODULES" in line and "add the directory" not in line, "SOURCES is right: the name is not"
+    missing_package = _report("dxapp.flows", "dxapp", msg="No module named 'dxapp'")
+    assert "add the directory of dxapp to SOURCES" in describe(
+        "WorkerFunction", "functions.worker", missing_package, SOURCES
+    )
+
+
 def test_a_missing_third_party_package_is_told_to_join_requirements():
     line = describe("ControlPlaneFunction", "functions.api", _report("functions.api", "requests"), SOURCES)
     assert "handler module 'functions.api'" in line
