@@ -32,6 +32,11 @@ def register(sub: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
     p.add_argument("--interval", type=follow.positive_seconds, default=0.5, help="seconds between looks with --follow")
     p.add_argument("--json", action="store_true", help="print the matching JSON lines as they are")
+    p.add_argument(
+        "--reads",
+        action="store_true",
+        help="also show the control plane's GET requests about it (`loom watch` and the console make one a second)",
+    )
     p.add_argument("--state-dir", default=argparse.SUPPRESS, metavar="DIR", help="the local stack's state dir")
     p.set_defaults(func=run)
 
@@ -45,11 +50,31 @@ def log_path(explicit: Path | None) -> Path:
     return stackfile.state_dir() / "stack.log"
 
 
-def matches(record: dict[str, Any], wanted: str) -> bool:
+def matches(record: dict[str, Any], wanted: str, reads: bool = True) -> bool:
     if record.get("execution_id") == wanted:
         return True
     path = record.get("path")  # api.request lines: /executions/<id>[/...]
-    return isinstance(path, str) and (path == f"/executions/{wanted}" or path.startswith(f"/executions/{wanted}/"))
+    about = isinstance(path, str) and (path == f"/executions/{wanted}" or path.startswith(f"/executions/{wanted}/"))
+    return about and (reads or record.get("method") != "GET")
+
+
+def stale(path: Path, explicit: Path | None) -> str | None:
+    """Why ``path`` is not the running stack's log, when it is not: a foreground `loom up` prints
+    to its terminal, and a stack.log left by an earlier `loom up -d` would only mislead."""
+    info = stackfile.read()
+    if explicit is not None or not info or info.get("log_file") or not stackfile.supervisor_running(info):
+        return None
+    started = info.get("started_at")
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return None
+    if not isinstance(started, (int, float)) or written >= started - 1:
+        return None
+    return (
+        f"{path} was last written before the running stack started: that stack runs in the foreground and "
+        "prints its log to its terminal. Pass --file, or start it with `loom up -d` or `loom up --log-file FILE`"
+    )
 
 
 def parse(line: str) -> dict[str, Any] | None:
@@ -85,7 +110,7 @@ def _emit(lines: list[str], args: argparse.Namespace, out: TextIO, now: float) -
     shown = 0
     for line in lines:
         record = parse(line)
-        if record is None or not matches(record, args.id):
+        if record is None or not matches(record, args.id, getattr(args, "reads", True)):
             continue
         out.write((line.strip() if args.json else readable(record, now)) + "\n")
         shown += 1
@@ -97,6 +122,10 @@ def run(args: argparse.Namespace, pace: follow.Pace | None = None, out: TextIO |
     pace = pace or follow.PACE
     out = out or sys.stdout
     path = log_path(args.file)
+    why = stale(path, args.file)
+    if why is not None:
+        output.error(why)
+        return 1
     try:
         fh = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
     except OSError as exc:

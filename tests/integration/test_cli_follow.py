@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -148,11 +149,11 @@ def test_logs_show_only_that_executions_lines(tmp_path: Path, monkeypatch: pytes
     )
     assert logs.run(logs_args("e1"), pace=same_day, out=out) == 0
     shown = out.getvalue().splitlines()
-    assert len(shown) == 3
+    assert len(shown) == 2, "the reads of `loom watch` and the console are left out"
     assert shown[0].split()[1:3] == ["info", "step.started"] and "step_name=reserve" in shown[0]
-    assert "path=/executions/e1/history" in shown[1] and "e10" not in out.getvalue()
+    assert "api.request" not in out.getvalue() and "e10" not in out.getvalue()
     out = io.StringIO()
-    logs.run(logs_args("e1", "--json"), out=out)
+    logs.run(logs_args("e1", "--json", "--reads"), out=out)
     assert [json.loads(x)["event"] for x in out.getvalue().splitlines()] == [
         "step.started",
         "api.request",
@@ -167,6 +168,21 @@ def test_logs_read_the_file_the_stack_was_given(tmp_path: Path, monkeypatch: pyt
     stackfile.write({"control_plane_url": "http://127.0.0.1:1", "log_file": str(given)})
     out = io.StringIO()
     assert logs.run(logs_args("e1"), out=out) == 0 and "execution.started" in out.getvalue()
+
+
+def test_logs_refuse_a_log_older_than_the_foreground_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path))
+    old = tmp_path / "stack.log"
+    old.write_text(line("e1", "step.started", step=0, attempt=1))
+    os.utime(old, (1_000_000, 1_000_000))  # written by an earlier `loom up -d`
+    stackfile.write({"control_plane_url": "http://127.0.0.1:1", "started_at": 2_000_000})
+    out = io.StringIO()
+    assert logs.run(logs_args("e1"), out=out) == 1 and out.getvalue() == ""
+    err = capsys.readouterr().err
+    assert "was last written before the running stack started" in err and "Pass --file" in err
+    assert logs.run(logs_args("e1", "--file", str(old)), out=out) == 0 and "step.started" in out.getvalue()
 
 
 def test_logs_without_a_log_say_where_it_would_be(
