@@ -63,6 +63,9 @@ def reap(ddb: Any, table: str, attribute: str, now: float) -> int:
 # After a clock jump, a second look this much later: the sweep the jump fired stamps what ended
 # (the execution item last), and that is only deletable once it has.
 AFTER_JUMP_SECONDS = 5.0
+# Looks after a jump, AFTER_JUMP_SECONDS apart: on a loaded machine the sweep that stamps the
+# execution item can take longer than one interval, and a missed item would wait a whole period.
+FOLLOW_UPS = 6
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Reaper:
     period: float = 60.0
     _last: tuple[float, float] | None = field(default=None, repr=False)  # (wall time, clock offset)
     _again_at: float | None = field(default=None, repr=False)
+    _follow_ups: int = field(default=0, repr=False)
 
     def due(self, wall: float, offset: float) -> bool:
         """Whether to reap now (pure, on the monotonic ``wall`` and the clock's ``offset``)."""
@@ -92,7 +96,11 @@ class Reaper:
         if not self.due(wall, offset):
             return 0
         jumped = self._last is not None and abs(offset - self._last[1]) >= 1.0
-        self._again_at = wall + AFTER_JUMP_SECONDS if jumped else None
+        if jumped:
+            self._follow_ups = FOLLOW_UPS
+        elif self._again_at is not None and wall >= self._again_at:
+            self._follow_ups -= 1
+        self._again_at = wall + AFTER_JUMP_SECONDS if self._follow_ups > 0 else None
         self._last = (wall, offset)
         return self.reap_now(now)
 
