@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from chaos.fanout_join import copy_first_window, copy_items
+from chaos.fanout_join import drive_with_copies
 from chaos.observe import Watcher
 from chaos.scenario import Result, Scenario, main_for, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
@@ -71,26 +71,13 @@ def check_batch(t: Target, eid: str, context: dict[str, Any], r: Result) -> dict
 def run(t: Target, r: Result) -> None:
     victim, plain = new_id(NAME, 0), new_id(NAME, 1)
     ids = [victim, plain]
-    copied: set[str] = set()
-    copies = 0
     with Watcher(t, interval=0.1) as w:
         w.add(*ids)
         started = time.time()
         chaos = {"crash_after_item": [CRASH_ITEM]}
         t.start("chaos_fanout_batch", {"lines": LINES, "refuse": [REFUSED], "chaos": chaos}, victim)
         t.start("chaos_fanout_batch", {"lines": LINES, "refuse": [REFUSED]}, plain)
-        deadline = swept = time.monotonic() + max(60.0, 4 * t.lease + 30)
-        swept -= 1e9
-        while time.monotonic() < deadline:
-            copies += copy_first_window(t, ids, copied) + copy_items(t, ids, copied)
-            states = [w.latest(eid) for eid in ids]
-            if all(ex is not None and ex.terminal for ex in states):
-                break
-            if time.monotonic() - swept > 1.0:
-                t.tick_sweeper()
-                swept = time.monotonic()
-            time.sleep(0.1)
-        w.wait(ids, timeout=30)
+        copies = drive_with_copies(t, w, ids)
         done = time.time()
     evidence: dict[str, object] = {}
     for eid in ids:

@@ -63,6 +63,26 @@ def copy_items(t: Target, ids: list[str], copied: set[str]) -> int:
     return sent
 
 
+def drive_with_copies(t: Target, w: Watcher, ids: list[str]) -> int:
+    """Until every execution ends: copy the item messages (the first windows, then what a peek
+    sees) and tick the sweeper once a second. The number of copies sent."""
+    copied: set[str] = set()
+    copies = 0
+    deadline = swept = time.monotonic() + max(60.0, 4 * t.lease + 30)
+    swept -= 1e9
+    while time.monotonic() < deadline:
+        copies += copy_first_window(t, ids, copied) + copy_items(t, ids, copied)
+        states = [w.latest(eid) for eid in ids]
+        if all(ex is not None and ex.terminal for ex in states):
+            break
+        if time.monotonic() - swept > 1.0:
+            t.tick_sweeper()
+            swept = time.monotonic()
+        time.sleep(0.1)
+    w.wait(ids, timeout=30)
+    return copies
+
+
 def check_items(t: Target, eid: str, r: Result) -> dict[str, int]:
     """Each item committed once and counted once; its effect landed once under its own key."""
     join = t.store.get_join(eid, 0)
@@ -85,25 +105,12 @@ def check_items(t: Target, eid: str, r: Result) -> dict[str, int]:
 def run(t: Target, r: Result) -> None:
     victim, plain = new_id(NAME, 0), new_id(NAME, 1)
     ids = [victim, plain]
-    copied: set[str] = set()
-    copies = 0
     with Watcher(t, interval=0.1) as w:
         w.add(*ids)
         started = time.time()
         t.start("chaos_fanout", {"lines": LINES, "chaos": {"crash_after_item": [CRASH_ITEM]}}, victim)
         t.start("chaos_fanout", {"lines": LINES}, plain)
-        deadline = swept = time.monotonic() + max(60.0, 4 * t.lease + 30)
-        swept -= 1e9
-        while time.monotonic() < deadline:
-            copies += copy_first_window(t, ids, copied) + copy_items(t, ids, copied)
-            states = [w.latest(eid) for eid in ids]
-            if all(ex is not None and ex.terminal for ex in states):
-                break
-            if time.monotonic() - swept > 1.0:
-                t.tick_sweeper()
-                swept = time.monotonic()
-            time.sleep(0.1)
-        w.wait(ids, timeout=30)
+        copies = drive_with_copies(t, w, ids)
         done = time.time()
     evidence: dict[str, object] = {}
     for eid in ids:
