@@ -22,7 +22,11 @@ class Heartbeat:
     """Keeps extending the visibility of the batch's unfinished messages.
 
     Without it a step longer than the queue's visibility timeout is delivered to
-    a second worker while the first still runs it.
+    a second worker while the first still runs it. With ``beat_first`` the first beat is at
+    the batch's start: the extension is then shorter than the queue's own visibility timeout
+    (which Lambda requires to be at least the function's timeout), and a dead worker's
+    messages come back ``extend_to`` seconds after its last beat instead of after the queue's
+    timeout (DESIGN.md, "Recovery in seconds").
     """
 
     def __init__(
@@ -33,8 +37,10 @@ class Heartbeat:
         interval: float,
         extend_to: int,
         on_beat: Callable[[str], None] | None = None,
+        beat_first: bool = False,
     ) -> None:
         self._queue = queue
+        self._beat_first = beat_first
         self._pending = dict(receipts)  # message id -> receipt handle
         self._interval = interval
         self._extend_to = extend_to
@@ -65,28 +71,31 @@ class Heartbeat:
             self._pending.pop(message_id, None)
 
     def _run(self) -> None:
-        log = get_logger(execution_id=None, step=None, attempt=None)
+        if self._beat_first:
+            self._beat()
         while not self._stop.wait(self._interval):
-            # One batch call a beat (SQS takes ten; a batch has ten records at most), made under
-            # the lock: ``done`` cannot slip in between the snapshot and the extension.
-            with self._lock:
-                if self._stop.is_set():
-                    break
-                pending = dict(self._pending)
-                if not pending:
-                    continue
-                try:
-                    failed = set(self._queue.change_visibility_many(list(pending.values()), self._extend_to))
-                except Exception as exc:  # a lost receipt is not worth killing the step for
-                    log.warning("heartbeat.failed", messages=len(pending), error=error_info(exc))
-                    continue
-                if failed:
-                    log.warning("heartbeat.not_extended", messages=len(failed))
-                extended = [message_id for message_id, receipt in pending.items() if receipt not in failed]
-                self.beats += len(extended)
-            if self._on_beat is not None:
-                for message_id in extended:
-                    self._on_beat(message_id)
+            self._beat()
+
+    def _beat(self) -> None:
+        # One batch call a beat (SQS takes ten; a batch has ten records at most), made under
+        # the lock: ``done`` cannot slip in between the snapshot and the extension.
+        log = get_logger(execution_id=None, step=None, attempt=None)
+        with self._lock:
+            pending = dict(self._pending)
+            if self._stop.is_set() or not pending:
+                return
+            try:
+                failed = set(self._queue.change_visibility_many(list(pending.values()), self._extend_to))
+            except Exception as exc:  # a lost receipt is not worth killing the step for
+                log.warning("heartbeat.failed", messages=len(pending), error=error_info(exc))
+                return
+            if failed:
+                log.warning("heartbeat.not_extended", messages=len(failed))
+            extended = [message_id for message_id, receipt in pending.items() if receipt not in failed]
+            self.beats += len(extended)
+        if self._on_beat is not None:
+            for message_id in extended:
+                self._on_beat(message_id)
 
 
 def process_batch(
@@ -96,6 +105,7 @@ def process_batch(
     remaining: Remaining | None = None,
     heartbeat_interval: float = 0.0,
     visibility_timeout: int = 30,
+    beat_first: bool = False,
 ) -> dict[str, list[dict[str, str]]]:
     """Handle an SQS event; answer with the messages SQS should deliver again.
 
@@ -109,7 +119,9 @@ def process_batch(
     held: list[tuple[str, StepMessage]] = []
     pace = _Pace(remaining)
     receipts = {r.get("messageId", str(i)): r.get("receiptHandle", "") for i, r in enumerate(records)}
-    with Heartbeat(engine.queue, receipts, interval=heartbeat_interval, extend_to=visibility_timeout) as heartbeat:
+    with Heartbeat(
+        engine.queue, receipts, interval=heartbeat_interval, extend_to=visibility_timeout, beat_first=beat_first
+    ) as heartbeat:
         for i, record in enumerate(records):
             message_id = record.get("messageId", str(i))
             log = get_logger(execution_id=None, step=None, attempt=None, message_id=message_id)

@@ -19,6 +19,11 @@ class EngineConfig:
     # Performance: recovery). The one default: functions/settings.py and template.yaml
     # take theirs from here (tests/integration/test_template.py checks the template's).
     lease_seconds: float = 60.0
+    # A redelivered message the execution has moved past adopts its current attempt
+    # (verdicts.may_adopt) once the execution has had no write for this long. At most the
+    # queue's visibility timeout less two heartbeats: a redelivery comes at least that long
+    # after the dead invocation's last write. functions/settings.py derives it so.
+    adopt_quiet_seconds: float = 10.0
     # SQS DelaySeconds stops at 15 minutes; longer waits belong to the sweeper.
     max_sqs_delay: int = 900
     # Run the next step in the same invocation instead of a queue round trip.
@@ -74,6 +79,8 @@ class EngineConfig:
             raise InvalidInput("shards must be between 1 and 1000")
         if self.lease_seconds <= 0:
             raise InvalidInput("lease_seconds must be positive")
+        if self.adopt_quiet_seconds < 0:
+            raise InvalidInput("adopt_quiet_seconds must not be negative")
         if self.sweep_limit < 1 or self.sweep_page < 1:
             raise InvalidInput("sweep_limit and sweep_page must be at least 1")
         if self.sweep_period_seconds <= 0:

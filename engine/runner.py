@@ -37,9 +37,11 @@ from engine.state import AttemptOutcome, Execution, Status
 from engine.verdicts import (
     GuardVerdict,
     MessageVerdict,
+    adopted,
     check_guard,
     check_message,
     has_time,
+    lapse_wait,
     needs_guard,
     run_is_covered,
 )
@@ -119,7 +121,19 @@ def handle_link(
     # any write since then makes this link's own conditional write fail.
     ex = known if known is not None and known.id == msg.execution_id else parts.store.get_execution(msg.execution_id)
     log = message_log(msg)
-    check = check_message(msg, ex, parts.clock.now(), parts.config)
+    check = check_message(msg, ex, parts.clock.now(), parts.config, redelivered=redelivered)
+    if check.verdict is MessageVerdict.ADOPT and ex is not None:
+        # The invocation that had this message died after moving the execution on: do the
+        # sweeper's redrive of the current attempt now (verdicts.may_adopt).
+        log.warning(
+            "message.adopted",
+            kind=msg.kind.value,
+            current_step=ex.current_step,
+            current_attempt=ex.attempt,
+            quiet_seconds=round(parts.clock.now() - ex.updated_at, 1),
+        )
+        msg, redelivered = adopted(ex), True
+        check = check_message(msg, ex, parts.clock.now(), parts.config, redelivered=True)
     if check.verdict is MessageVerdict.ORPHAN or ex is None:
         log.warning("message.orphan", kind=msg.kind.value)
         return LinkResult(OutcomeStatus.ORPHAN)
@@ -209,8 +223,13 @@ def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
         log.info("step.roll_forward")
         return attempts.advance(parts, ex, spec, record.result, ran=0)
     if guard.verdict is GuardVerdict.IN_FLIGHT:
-        log.info("step.in_flight_elsewhere", marked_at=guard.marked_at)
-        return LinkResult(OutcomeStatus.IN_FLIGHT)
+        # Come back when the mark's lease is out: a live runner has ended by then (the lease is
+        # at least the worker's timeout), so the copy finds the step moved on, or its worker
+        # lost, a tick and up to a lease sooner than the sweeper would.
+        wait = lapse_wait(guard.marked_at if guard.marked_at is not None else now, now, parts.config)
+        log.info("step.in_flight_elsewhere", marked_at=guard.marked_at, look_again_in=wait)
+        copy = None if wait is None else (adopted(ex), wait)
+        return LinkResult(OutcomeStatus.IN_FLIGHT, effects=tr.Effects(delayed=copy))
     if guard.verdict is GuardVerdict.WORKER_LOST:
         lost = WorkerLost(f"the worker died while attempt {ex.attempt} of step {st.name!r} ran")
         started = guard.marked_at if guard.marked_at is not None else now

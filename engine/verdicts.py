@@ -6,6 +6,8 @@ message protocol is here, so the unit tests can walk all of them without moto.
 
     record of a batch ──► check_record ──► HOLD_BACK (send a copy, acknowledge it) | START:
     message ──► check_message ──► ORPHAN | STALE                  (acknowledge, nothing written)
+                      │           ADOPT ──► a plain step: run the current attempt guarded
+                      │                     anything else: as STALE
                       │           EARLY                           (send it back for when it is due)
                       │           WAKE                            (finish the sleep)
                       │           RUN ──► has_time? no: hand the message back, nothing written
@@ -28,6 +30,9 @@ from engine.state import Execution, Status, StepRecord, StepStatus
 class MessageVerdict(StrEnum):
     ORPHAN = "orphan"  # no such execution (deleted, or never created)
     STALE = "stale"  # the execution has moved past what the message points at
+    # A redelivered message the execution has moved past and that has been quiet since: the
+    # invocation that had it died before it sent the next message (``may_adopt``).
+    ADOPT = "adopt"
     EARLY = "early"  # it points at the right place, but before its ready or wake time
     WAKE = "wake"  # a sleep is over: commit it and move on
     RUN = "run"  # run the current attempt of the current step
@@ -90,10 +95,14 @@ def points_at(msg: StepMessage, ex: Execution) -> bool:
     return ex.status is Status.RUNNING and ex.current_step == msg.step and ex.attempt == msg.attempt
 
 
-def check_message(msg: StepMessage, ex: Execution | None, now: float, cfg: EngineConfig) -> MessageCheck:
+def check_message(
+    msg: StepMessage, ex: Execution | None, now: float, cfg: EngineConfig, *, redelivered: bool = False
+) -> MessageCheck:
     if ex is None:
         return MessageCheck(MessageVerdict.ORPHAN)
     if not points_at(msg, ex):
+        if may_adopt(msg, ex, now, cfg, redelivered=redelivered):
+            return MessageCheck(MessageVerdict.ADOPT)
         return MessageCheck(MessageVerdict.STALE)
     due_at = ex.next_wake_at if msg.kind is MessageKind.WAKE else ex.ready_at
     if msg.kind in (MessageKind.CHILD_DONE, MessageKind.ITEM):
@@ -105,6 +114,51 @@ def check_message(msg: StepMessage, ex: Execution | None, now: float, cfg: Engin
     if msg.kind is MessageKind.WAKE:
         return MessageCheck(MessageVerdict.WAKE)
     return MessageCheck(MessageVerdict.RUN)
+
+
+#: The kinds of message whose redelivery may adopt the execution's current attempt: the ones
+#: that run forward steps. A wake, a child's end notice, an item or a compensation has its own
+#: recovery (the sweeper, the fan-out's join, the compensation's guard).
+ADOPTING_KINDS = frozenset({MessageKind.STEP, MessageKind.RETRY, MessageKind.REDRIVE})
+
+
+def may_adopt(msg: StepMessage, ex: Execution, now: float, cfg: EngineConfig, *, redelivered: bool) -> bool:
+    """Whether a stale message proves that the execution's current attempt has no runner.
+
+    SQS delivers a message again only when the invocation that received it neither deleted it
+    nor kept extending its visibility (engine/batch.py's heartbeat): it died, with its batch.
+    If the execution has moved past the message, that invocation moved it (a checkpoint, or a
+    chain's links) and then died before it sent the next message or while it ran the next link.
+    Nothing else runs the current attempt: the message that would run it was never sent. So the
+    redelivery runs it at once, guarded, instead of leaving it to the lease and the sweeper's
+    next tick (one to two leases and a tick later).
+
+    ``adopt_quiet_seconds`` (no write for that long) tells a dead chain from a live one whose
+    heartbeat merely failed: a live chain writes at every step. A live runner of a long step
+    may still be there; the guarded run then marks the attempt, and the two runs are the
+    duplicate at_least_once allows (an at_most_once attempt is marked before it runs, so the
+    guard finds it in flight instead).
+    """
+    return (
+        redelivered
+        and msg.kind in ADOPTING_KINDS
+        and ex.status is Status.RUNNING
+        and ex.catching is None
+        and (msg.step, msg.attempt) < (ex.current_step, ex.attempt)
+        and now - ex.updated_at >= cfg.adopt_quiet_seconds
+    )
+
+
+def adopted(ex: Execution) -> StepMessage:
+    """What an adopting redelivery runs: the sweeper's redrive of the current attempt, in line."""
+    return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
+
+
+def lapse_wait(marked_at: float, now: float, cfg: EngineConfig) -> int | None:
+    """Seconds until an attempt marked at ``marked_at`` may be judged lost (its lease is out),
+    as a message delay; None when that is past SQS's longest delay (the sweeper judges it)."""
+    wait = max(1, math.ceil(marked_at + cfg.lease_seconds - now + cfg.early_tolerance))
+    return wait if wait <= cfg.max_sqs_delay else None
 
 
 def has_time(remaining: float | None, timeout: float, reserve: float) -> bool:

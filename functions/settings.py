@@ -57,8 +57,10 @@ class Settings:
     workflow_modules: tuple[str, ...] = ("workflows",)
     lease_seconds: float = EngineConfig.lease_seconds
     chain: bool = True
-    visibility_timeout: int = 360
-    heartbeat_seconds: float = 30.0
+    # template.yaml's: the queue's visibility timeout, which the worker's heartbeat keeps
+    # extending while a batch runs (DESIGN.md, "Recovery in seconds").
+    visibility_timeout: int = 20
+    heartbeat_seconds: float = 5.0
     chaos_crash_after_checkpoint: bool = False
     cursor_secret: str = field(default="", repr=False)  # a secret: never in a log line
     clock_offset_file: str | None = None
@@ -82,13 +84,36 @@ class Settings:
             ),
             lease_seconds=float(env.get("LOOM_LEASE_SECONDS") or EngineConfig.lease_seconds),
             chain=_flag(env.get("LOOM_CHAIN", "true")),
-            visibility_timeout=int(env.get("LOOM_VISIBILITY_TIMEOUT", "360")),
-            heartbeat_seconds=float(env.get("LOOM_HEARTBEAT_SECONDS", "30")),
+            visibility_timeout=int(env.get("LOOM_VISIBILITY_TIMEOUT", "20")),
+            heartbeat_seconds=float(env.get("LOOM_HEARTBEAT_SECONDS", "5")),
             chaos_crash_after_checkpoint=_flag(env.get("LOOM_CHAOS_CRASH_AFTER_CHECKPOINT", "off")),
             cursor_secret=env.get("LOOM_CURSOR_SECRET", ""),
             clock_offset_file=env.get("LOOM_CLOCK_OFFSET_FILE") or None,
             retention_seconds=_retention(env.get("LOOM_RETENTION_DAYS")),
         )
+
+    def __post_init__(self) -> None:
+        if self.visibility_timeout < 1:
+            raise InvalidInput(f"LOOM_VISIBILITY_TIMEOUT must be at least 1 second, not {self.visibility_timeout}")
+        if self.heartbeat_seconds < 0:
+            raise InvalidInput(
+                f"LOOM_HEARTBEAT_SECONDS must not be negative (0: no heartbeat), not {self.heartbeat_seconds:g}"
+            )
+        if self.heartbeat_seconds and 2 * self.heartbeat_seconds >= self.visibility_timeout:
+            # One late or failed beat would let the message come back while its batch still runs.
+            raise InvalidInput(
+                f"LOOM_HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}) must be below half of "
+                f"LOOM_VISIBILITY_TIMEOUT ({self.visibility_timeout}): "
+                "a message must stay hidden through one missed beat"
+            )
+
+    @property
+    def adopt_quiet_seconds(self) -> float:
+        """How long an execution must have been quiet before a redelivered stale message adopts its
+        attempt (verdicts.may_adopt): the visibility timeout less two beats, since a dead worker's
+        message comes back at least that long after its last write. With no heartbeat, a whole
+        visibility timeout."""
+        return float(self.visibility_timeout) - 2 * self.heartbeat_seconds
 
     @property
     def chaos(self) -> bool:
@@ -100,5 +125,6 @@ class Settings:
             shards=self.shards,
             lease_seconds=self.lease_seconds,
             chain=self.chain,
+            adopt_quiet_seconds=self.adopt_quiet_seconds,
             retention_seconds=self.retention_seconds,
         )

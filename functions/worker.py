@@ -27,4 +27,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         remaining=remaining,
         heartbeat_interval=settings.heartbeat_seconds,
         visibility_timeout=settings.visibility_timeout,
+        # The queue's own visibility timeout is the function's (Lambda's minimum); the first beat
+        # shortens it to LOOM_VISIBILITY_TIMEOUT, so a dead worker's batch comes back in seconds.
+        beat_first=True,
     )

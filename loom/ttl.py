@@ -90,6 +90,13 @@ class Reaper:
         jumped = abs(offset - self._last[1]) >= 1.0
         return jumped or (self._again_at is not None and wall >= self._again_at)
 
+    def nudge(self) -> None:
+        """A sweep has just stamped ended executions' items: look at the next poll. After a clock
+        jump the sweep the jump fired stamps while the first look may already have run, and the
+        follow-ups are seconds apart: this look follows the stamps themselves."""
+        self._again_at = time.monotonic()
+        self._follow_ups = max(self._follow_ups, 1)
+
     def maybe_reap(self) -> int:
         wall, now = time.monotonic(), self.clock()
         offset = now - time.time()

@@ -118,27 +118,7 @@ def render(result: dict[str, Any]) -> str:
             ],
         )
     )
-    parts.append("\n== recovery after a worker is killed (engine seconds from the kill to the step's commit) ==")
-    parts.append(
-        table(
-            ["mode", "killed", "after step", "lease s", "tick s", "ticks", "engine s", "wall s", "status", "attempts"],
-            [
-                [
-                    r["mode"],
-                    r.get("crash_point", "after_checkpoint"),
-                    r["crash_after_step"],
-                    r["lease_seconds"],
-                    r["sweeper_tick_seconds"],
-                    r["sweeper_ticks"],
-                    r["engine_seconds"],
-                    r["wall_seconds"],
-                    r["final_status"],
-                    r.get("attempts_recorded", ""),
-                ]
-                for r in result["recovery"]
-            ],
-        )
-    )
+    parts.append(render_recovery(result["recovery"]))
     parts.append("\n== steps a month inside the always-free allowances ==")
     for p in result["projection"]:
         parts.append(f"{p['mode']}: {p['steps_per_month']:,.0f} steps/month, bound by {p['binding']}")
@@ -161,3 +141,40 @@ def render(result: dict[str, Any]) -> str:
     parts.append("\n== targets ==")
     parts.append(table(["check", "value", "met"], [[c["check"], c["value"], c["met"]] for c in result["checks"]]))
     return "\n".join(parts)
+
+
+def render_recovery(rows: list[dict[str, Any]]) -> str:
+    """The recovery scenarios' rows (loom/bench/scenarios.py: ``recovery``)."""
+    head = "\n== recovery after a worker is killed (engine seconds from the kill to the step's commit) ==\n"
+    return head + table(
+        [
+            "mode",
+            "killed",
+            "semantics",
+            "after step",
+            "extension s",
+            "lease s",
+            "tick s",
+            "ticks",
+            "engine s",
+            "wall s",
+            "status",
+            "attempts",
+        ],
+        [
+            [
+                r["mode"],
+                r.get("crash_point", "after_checkpoint"),
+                r["crash_after_step"],
+                r.get("visibility_timeout", ""),
+                r["lease_seconds"],
+                r["sweeper_tick_seconds"],
+                r["sweeper_ticks"],
+                r["engine_seconds"],
+                r["wall_seconds"],
+                r["final_status"],
+                r.get("attempts_recorded", ""),
+            ]
+            for r in rows
+        ],
+    )

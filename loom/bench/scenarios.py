@@ -374,12 +374,13 @@ def recovery(
     crash_step: int,
     tick: float,
     point: str = "after_checkpoint",
-    visibility: float = 360.0,
+    visibility: float = 20.0,
 ) -> dict[str, Any]:
     """Kill the worker at ``point`` (see ``CRASH_POINTS``); the sweeper's schedule (``tick``
-    seconds of engine time apart, by time travel) and the queue's visibility timeout
-    (``visibility`` seconds of engine time: the dead worker's message comes back then)
-    bring it back. Recovered = step ``crash_step + 1`` committed; the time is from the kill."""
+    seconds of engine time apart, by time travel) and the heartbeat's extension
+    (``visibility`` seconds of engine time: the dead worker's message comes back that long
+    after its last beat, at the latest) bring it back. Recovered = step ``crash_step + 1``
+    committed; the time is from the kill."""
     meter = stack.meter
     assert meter is not None and stack.worker is not None
     sqs = meter.uncounted("sqs")
@@ -405,10 +406,12 @@ def recovery(
                 break
             for m in messages:
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
-        ticks = 0
-        limit = int((max(2 * eng.config.lease_seconds, visibility) + 3 * tick) / tick) + 2
-        recovered_at = None
-        while ticks < limit:
+        # Engine time moves in steps of the shorter of the two clocks that recover it: the
+        # visibility timeout (the dead worker's messages come back) and the sweeper's tick.
+        pace = min(tick, visibility)
+        limit = crashed_at + max(2 * eng.config.lease_seconds, visibility) + 3 * tick
+        ticks, since_tick, recovered_at = 0, 0.0, None
+        while eng.clock.now() <= limit:
             if held and eng.clock.now() >= crashed_at + visibility:
                 for m in held:  # the visibility timeout ran out: SQS delivers it again
                     sqs.change_message_visibility(
@@ -419,9 +422,11 @@ def recovery(
             recovered_at = _committed_at(eng, eid, crash_step + 1)
             if recovered_at is not None:
                 break
-            stack.advance_time(tick)
-            stack.tick_sweeper()
-            ticks += 1
+            stack.advance_time(pace)
+            since_tick += pace
+            if since_tick >= tick:
+                stack.tick_sweeper()
+                ticks, since_tick = ticks + 1, 0.0
         wall = time.time() - wall_crash
         lease = eng.config.lease_seconds
         # Let the execution finish (a held message may still be due) so its status is final.

@@ -99,7 +99,7 @@ class Demo:
                 workers=self.options.workers,
                 tick=self.options.tick,
                 state_dir=state_dir,
-                queue_visibility_timeout=10,  # quick redelivery locally; the template's 360 s suits AWS
+                queue_visibility_timeout=10,  # a redelivery within 10 s of a kill (the template's: 20 s)
                 log_file=log_file,
             )
         )

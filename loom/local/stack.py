@@ -465,9 +465,9 @@ class LocalStack:
                 }
             )
             if self._roles[logical_id] == "worker" and opts.queue_visibility_timeout is not None:
-                # Keep the template's relation: the heartbeat extends to the queue's timeout, 12 beats a timeout.
+                # Keep the template's relation: four beats to an extension (20 s and 5 s there).
                 env["LOOM_VISIBILITY_TIMEOUT"] = str(opts.queue_visibility_timeout)
-                env["LOOM_HEARTBEAT_SECONDS"] = str(max(1.0, opts.queue_visibility_timeout / 12))
+                env["LOOM_HEARTBEAT_SECONDS"] = str(opts.queue_visibility_timeout / 4)
             env.update(opts.env)
             env.update(opts.function_env.get(logical_id, {}))
             self._envs[logical_id] = env
@@ -699,6 +699,9 @@ class LocalStack:
         if inv.outcome == "ok" and isinstance(inv.result, dict) and "batchItemFailures" in inv.result:
             fields["batch_item_failures"] = len(inv.result.get("batchItemFailures") or [])
         (self._log.info if inv.outcome == "ok" else self._log.warning)("invocation", **fields)
+        if self._roles.get(inv.function) == "sweeper" and isinstance(inv.result, dict) and inv.result.get("retained"):
+            for reaper in self._reapers:  # what it stamped may be deletable now (loom/ttl.py)
+                reaper.nudge()
 
     def _batch_logged(self, batch: BatchOutcome) -> None:
         self._log.debug(

@@ -207,3 +207,61 @@ def test_sweeper_reclaiming_a_running_step_does_not_make_it_commit_twice(aws, ma
     assert rec.count("sl", 0) == 1, "the redrive message arrives after the advance and is stale"
     assert rig.store.commits[("sl", 0)] == 1
     rig.store.assert_versions_contiguous()
+
+
+# ------------------------------------------------ recovery in seconds (DESIGN.md)
+
+
+def test_a_crash_between_checkpoint_and_enqueue_is_adopted_by_the_redelivery_without_the_sweeper(rig, rec):
+    rig.driver.crash_visibility = 20  # the template's: the heartbeat's extension
+    rig.engine.start("two", {}, execution_id="adopt")
+    rig.faults.arm("after_checkpoint", step=0)
+    crashed_at = rig.clock.now()
+    rig.driver.pump()
+    assert rig.driver.crashes == ["after_checkpoint"]
+    assert rig.status("adopt") == "COMPLETED", "the redelivered step-0 message ran step 1"
+    assert (rec.count("adopt", 0), rec.count("adopt", 1)) == (1, 1)
+    (_, b) = rig.engine.history("adopt")
+    assert b.finished_at - crashed_at <= 21 < rig.engine.config.lease_seconds
+    rig.store.assert_versions_contiguous()
+
+
+def test_a_chain_killed_mid_step_is_adopted_by_its_first_message(rig, rec):
+    rig.driver.crash_visibility = 20
+    rig.driver.remaining = lambda: 60.0  # a Lambda context: the worker chains step 1 after step 0
+    rig.engine.start("two", {}, execution_id="chain")
+    rig.faults.arm("before_step", step=1)
+    rig.driver.pump()
+    assert rig.driver.crashes == ["before_step"]
+    assert rig.status("chain") == "COMPLETED"
+    assert (rec.count("chain", 0), rec.count("chain", 1)) == (1, 1), "step 0 is not run again"
+    # One message was ever sent (the start's); the chain's link was adopted, not re-driven.
+    assert [s.message.kind.value for s in rig.queue.sent] == ["step"]
+
+
+def test_a_live_chain_s_stale_redelivery_is_acknowledged_not_adopted(rig, rec):
+    # Redelivered (its heartbeat failed, say) while the execution was written 3 s ago: a live chain.
+    rig.engine.start("two", {}, execution_id="live")
+    rig.driver.deliver(rig.driver.receive(1))
+    assert rig.engine.get("live").current_step == 1
+    rig.clock.advance(3)
+    outcome = rig.engine.handle(StepMessage("live", 0, 1, "step"), redelivered=True)
+    assert outcome.status == "stale" and rec.count("live", 1) == 0, "step 1's own message runs it"
+    rig.driver.pump()
+    assert rig.status("live") == "COMPLETED" and rec.count("live", 1) == 1
+
+
+def test_an_at_most_once_attempt_in_flight_is_judged_lost_when_its_lease_is_out(rig, rec):
+    rig.driver.crash_visibility = 20
+    rig.engine.start("careful", {}, execution_id="amo20")
+    rig.faults.arm("after_step", step=0)
+    started = rig.clock.now()
+    rig.driver.pump()
+    assert rig.status("amo20") == "COMPLETED"
+    (record,) = rig.engine.history("amo20")
+    assert [(a.attempt, a.outcome) for a in record.attempts] == [(1, "worker_lost"), (2, "completed")]
+    # The redelivery 20 s on found the mark in flight and sent a copy for the lease's end: no sweep.
+    kinds = [s.message.kind.value for s in rig.queue.sent]
+    assert "redrive" in kinds
+    lease = rig.engine.config.lease_seconds
+    assert lease <= record.attempts[1].started_at - started <= lease + 2 + 2  # + tolerance + retry backoff

@@ -73,7 +73,19 @@ def test_environment_variables_match_what_functions_read(tpl: Template) -> None:
     # ends within the worker's timeout, so the lease must be at least that timeout.
     assert float(worker.environment["LOOM_LEASE_SECONDS"]) >= worker.timeout
     assert float(worker.environment["LOOM_LEASE_SECONDS"]) == EngineConfig.lease_seconds
-    assert int(worker.environment["LOOM_VISIBILITY_TIMEOUT"]) == visibility(tpl)
+    # The heartbeat's extension: shorter than the queue's own timeout (its first beat shortens
+    # it), and long enough to outlast one missed beat (functions/settings.py refuses less).
+    extension, beat = (
+        int(worker.environment["LOOM_VISIBILITY_TIMEOUT"]),
+        float(worker.environment["LOOM_HEARTBEAT_SECONDS"]),
+    )
+    assert 2 * beat < extension <= visibility(tpl)
+    # Issue #23's target: a dead worker's step runs again within 30 s.
+    assert extension <= 30
+    wired = {name: "x" for name in settings.REQUIRED} | {
+        k: v for k, v in worker.environment.items() if isinstance(v, str)
+    }
+    assert settings.Settings.from_env(wired).adopt_quiet_seconds > 0
 
 
 def test_parameters_reach_the_functions(tpl: Template) -> None:
@@ -136,10 +148,14 @@ def visibility(tpl: Template) -> int:
 
 def test_queues(tpl: Template) -> None:
     worker = tpl.functions()["WorkerFunction"]
-    assert visibility(tpl) >= 6 * worker.timeout
+    # Lambda refuses an SQS trigger whose queue's visibility timeout is below the function's.
+    assert visibility(tpl) >= worker.timeout
     step = tpl.resources["StepQueue"]["Properties"]
     assert step["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}
-    assert 1 < int(step["RedrivePolicy"]["maxReceiveCount"]) <= 10
+    # A throttled delivery counts a receive each visibility timeout: half an hour of throttling
+    # parks nothing (as 5 receives of 360 s did), and a poison message is parked within a day.
+    receives = int(step["RedrivePolicy"]["maxReceiveCount"])
+    assert 30 * 60 <= receives * visibility(tpl) <= 86400
     assert int(tpl.resources["DeadLetterQueue"]["Properties"]["MessageRetentionPeriod"]) == 14 * 24 * 3600
 
 

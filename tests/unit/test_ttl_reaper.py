@@ -30,3 +30,18 @@ def test_a_clock_jump_looks_at_once_and_once_more_after_the_sweep_it_fired():
 def test_a_table_without_ttl_is_never_reaped():
     r = Reaper(ddb=None, table="t", attribute=None, clock=lambda: 0.0)
     assert r.reap_now() == 0 and r.maybe_reap() == 0
+
+
+def test_a_sweep_that_stamped_makes_the_next_poll_look_once(monkeypatch):
+    looked: list[float] = []
+    r = reaper()
+    monkeypatch.setattr(r, "reap_now", lambda now=None: looked.append(now) or 0)
+    monkeypatch.setattr("loom.ttl.time.monotonic", lambda: 10.0)
+    monkeypatch.setattr("loom.ttl.time.time", lambda: 0.0)
+    r.maybe_reap()  # the first look
+    assert looked == [0.0] and r.maybe_reap() == 0 and looked == [0.0], "nothing due within the period"
+    r.nudge()  # the sweeper's invocation reported retained executions
+    r.maybe_reap()
+    assert looked == [0.0, 0.0]
+    r.maybe_reap()
+    assert looked == [0.0, 0.0], "one look per nudge, then the period again"
