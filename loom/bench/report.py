@@ -150,7 +150,6 @@ def render_recovery(rows: list[dict[str, Any]]) -> str:
         [
             "mode",
             "killed",
-            "semantics",
             "after step",
             "extension s",
             "lease s",

@@ -16,6 +16,7 @@ from loom.bench import capacity as cap
 from loom.bench import scenarios
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
+from loom.bench.report import render_recovery
 
 pytestmark = [pytest.mark.integration, pytest.mark.server]
 
@@ -116,6 +117,13 @@ def test_a_worker_killed_mid_step_is_recovered_by_the_redelivery(measured):
     assert rec["visibility_timeout"] <= rec["engine_seconds"] <= rec["visibility_timeout"] + 1
     assert rec["sweeper_ticks"] == 0
     assert rec["attempts_recorded"] == 1, "the step ran once more, as one committed attempt"
+
+
+def test_the_recovery_table_has_a_row_per_scenario(measured):
+    rows = [measured["recovery"], measured["mid_step"], measured["lost"]]
+    lines = render_recovery(rows).strip().splitlines()
+    assert lines[1].split()[:3] == ["mode", "killed", "after"] and len(lines) == 3 + len(rows)
+    assert all("COMPLETED" in line for line in lines[3:])
 
 
 def test_a_message_that_never_comes_back_is_recovered_by_the_lease(measured):
