@@ -98,7 +98,10 @@ def register(sub: Any) -> None:
     up.add_argument("--sqs-chaos-seed", type=int, default=0, help="seed of --sqs-standard-chaos's decisions")
     up.add_argument("--tick", type=float, default=None, help="seconds between sweeper runs (default: the template's)")
     up.add_argument(
-        "--visibility-timeout", type=int, default=None, help="override the step queue's visibility timeout (seconds)"
+        "--visibility-timeout",
+        type=int,
+        default=None,
+        help="the step queue's visibility timeout and the heartbeat's extension (seconds; template: 60 and 20)",
     )
     up.add_argument(
         "--timeout", action="append", default=[], metavar="FUNCTION=SECONDS", help="override a function's Timeout"
