@@ -25,7 +25,7 @@ class VirtualQueue:
     """Implements ``engine.ports.Queue``; what SQS would hold, with time taken from ``clock``."""
 
     clock: FakeClock
-    visibility_timeout: float = 360.0
+    visibility_timeout: float = 20.0  # template.yaml: the heartbeat's extension, after which a dead batch is back
     messages: list[Queued] = field(default_factory=list)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     sent: list[tuple[StepMessage, int]] = field(default_factory=list)

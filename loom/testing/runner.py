@@ -88,7 +88,7 @@ class WorkflowTest:
         backend: Backend | str = Backend.MEMORY,
         start: float = 1_700_000_000.0,
         seed: int = 0,
-        visibility_timeout: float = 360.0,
+        visibility_timeout: float = 20.0,
         invocation_seconds: float = 60.0,
     ) -> None:
         self.clock = FakeClock(start)
