@@ -479,7 +479,8 @@ def crash_after_step(t: WorkflowTest, world: World, eid: str) -> None:
 def crash_fanout(t: WorkflowTest, world: World, eid: str) -> None:
     """The worker dies after an item's commit and its batch never comes back (as if lost): the
     sweeper re-drives the map (fanout.resume). A batch that does come back, after the template's
-    20 s, runs the item's successor itself (test_fanout.py::test_a_redelivered_final_item_starts_the_successor_its_dead_worker_never_sent)."""
+    20 s, runs the item's successor itself (test_fanout.py::
+    test_a_redelivered_final_item_starts_the_successor_its_dead_worker_never_sent)."""
     t.queue.visibility_timeout = 100_000.0
     t.crash("after_checkpoint", step=0)
     t.start("one_by_one", {}, execution_id=eid)
