@@ -73,8 +73,9 @@ def shown_pages() -> list[Path]:
 
 
 def linked_pages() -> list[Path]:
-    """Every page whose relative links must resolve."""
-    return [README, ROOT / "CONTRIBUTING.md", ROOT / "chaos" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    """Every page whose relative links must resolve (DESIGN.md links its dated notes)."""
+    tops = [README, ROOT / "CONTRIBUTING.md", ROOT / "DESIGN.md", ROOT / "chaos" / "README.md"]
+    return [*tops, *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def blocks(page: Path) -> list[Block]:
