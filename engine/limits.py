@@ -22,7 +22,7 @@ FULL_ATTEMPT_BYTES = 4 * 1024
 BRIEF_ATTEMPT_BYTES = 640
 # The input is stored twice in the execution's item (as the input and as the first
 # context), with room for the error it may fail with, so the largest input is under
-# half the item limit. README states it.
+# half the item limit. The guide states it (docs/guide/workflows.md).
 INPUT = "the input"
 MAX_INPUT_BYTES = (DYNAMODB_ITEM_LIMIT - ITEM_OVERHEAD_RESERVE - ERROR_RESERVE) // 2
 ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")

@@ -70,6 +70,7 @@ def notify_customer(ctx: StepContext) -> dict[str, Any]:
     return _effect(ctx, "notification", tracking=ctx.data.get("tracking"))
 
 
+# docs:start readme (README.md shows this region; tests/unit/test_docs.py keeps the two equal)
 @workflow("order_fulfillment")
 class OrderFulfillment:
     steps = [
@@ -80,6 +81,9 @@ class OrderFulfillment:
         notify_customer,
     ]
     retry = RetryPolicy(max_attempts=5, base=2, max_delay=900)
+
+
+# docs:end readme
 
 
 def flaky_charge(ctx: StepContext) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Example workflows that wait on the outside world (README, "Waiting on the outside world").
+"""Example workflows that wait on the outside world (docs/guide/waits.md).
 
 - ``order_approval``: a person approves from the CLI,
   ``loom signal ID approval --payload '{"approved": true}'``.

@@ -256,7 +256,8 @@ def test_due_pages_resume_and_a_cursor_of_another_shard_is_refused(aws: dict[str
         DynamoStore(aws["dynamodb"], aws["Table"], 1).due(0, 100.0, 1, first)  # another key
 
 
-def test_readme_states_the_same_maximum() -> None:
+def test_the_guide_states_the_same_maximum() -> None:
     from loom.template import ROOT
 
-    assert f"at most **{MAX_INPUT_BYTES:,} bytes** of JSON" in (ROOT / "README.md").read_text()
+    page = ROOT / "docs" / "guide" / "workflows.md"
+    assert f"at most **{MAX_INPUT_BYTES:,} bytes** of JSON" in page.read_text()
