@@ -12,7 +12,7 @@ import time
 
 from chaos.invariants import Expect, check_waits
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
 
 NAME = "child_crash"
@@ -60,5 +60,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

@@ -12,7 +12,7 @@ import threading
 import time
 
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, TICK, TIME, Target, sweep_in_subprocesses
 
 NAME = "concurrent_sweep"
@@ -91,5 +91,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (TICK, TIME, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

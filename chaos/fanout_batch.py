@@ -24,7 +24,7 @@ from typing import Any
 
 from chaos.fanout_join import drive_with_copies
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
 from engine.batch_result import key as batch_key
 from engine.join import CompletionPolicy
@@ -99,5 +99,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

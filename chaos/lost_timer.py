@@ -11,7 +11,7 @@ import time
 
 from chaos import faults
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, PURGE, TIME, Target
 
 NAME = "lost_timer"
@@ -64,5 +64,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (TIME, CHAOS_WORKFLOWS, PURGE), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

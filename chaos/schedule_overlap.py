@@ -15,7 +15,7 @@ import sys
 import time
 
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, verify
+from chaos.scenario import Result, Scenario, verify
 from chaos.target import TICK, TIME, Target, sweep_when_ready
 from engine.schedule_expr import next_after, parse
 from engine.schedule_plan import iso, scheduled_id, scheduled_input
@@ -97,5 +97,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (TICK, TIME), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

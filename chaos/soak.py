@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from chaos import faults, soak_mix
+from chaos import containers, faults, soak_mix
 from chaos.observe import Watcher
 from chaos.scenario import FAIL, PASS, Result
 from chaos.soak_checks import check_planned
@@ -239,7 +239,7 @@ class _Injector:
             faults.send_copies(t, bodies, f.params["copies"])
         elif f.kind == "kill_worker":
             if t.docker_kill:
-                faults.docker_kill_container()  # a worker Lambda's container, under LocalStack
+                containers.docker_kill_container()  # a worker Lambda's container, under LocalStack
             elif pids := t.worker_pids():
                 t.kill(pids[f.params["which"] % len(pids)])
         elif f.kind == "sweep_storm":

@@ -15,7 +15,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from engine import Engine, EngineConfig, FakeClock, Registry, process_batch
+from engine.adapters.dynamodb import DynamoStore
+from engine.adapters.sqs import SqsQueue
 from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
+from loom.bench.report import table
+from loom.template import create_resources
 
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
 SENDS = frozenset({"SendMessage", "SendMessageBatch"})
@@ -48,9 +52,6 @@ def _registry(tokens: list[str], polls: list[int]) -> Registry:
 
 class _Rig:
     def __init__(self, session: Any, refs: dict[str, Any]) -> None:
-        from engine.adapters.dynamodb import DynamoStore
-        from engine.adapters.sqs import SqsQueue
-
         self.calls: Counter[tuple[str, str]] = Counter()
         self.delivered = 0
         self.tokens: list[str] = []
@@ -136,8 +137,6 @@ class _Rig:
 def _measure(story: Callable[[_Rig], None]) -> dict[str, int]:
     import boto3
     from moto import mock_aws
-
-    from loom.template import create_resources
 
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
@@ -248,8 +247,6 @@ def _approval() -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    from loom.bench.report import table
-
     rows = [
         [
             r["wait"],

@@ -21,12 +21,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -65,6 +65,19 @@ DEFAULT_API_PORT = 5231
 REGION = "us-east-1"
 # How often the sweeper's schedule looks at the functions' clock file: `loom time advance` ticks at once.
 CLOCK_POLL_SECONDS = 0.25
+
+
+class Console(Protocol):
+    """What the stack needs of a web console it serves (loom.console.server.ConsoleServer)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+# Builds the console around a stack and starts it on a port (loom.console.app.serve_stack).
+ConsoleFactory = Callable[["LocalStack", int], Console]
 
 
 class PortTaken(RuntimeError):
@@ -139,9 +152,11 @@ class StackOptions:
     # rate (0 = off, the emulator's strict send order). Seeded, so a run can be replayed.
     sqs_standard_chaos: float = 0.0
     sqs_chaos_seed: int = 0
-    # The web console (loom/console) on 127.0.0.1 at this port (0: a free one); None: no console.
+    # The web console on 127.0.0.1 at this port (0: a free one); None: no console. The stack does
+    # not know the console (it sits above): whoever composes them (the CLI) passes console_factory.
     console_port: int | None = None
     console_port_fallback: bool = False  # the port is only a preference: when taken, any free one
+    console_factory: ConsoleFactory | None = None
 
 
 class _EndpointSession:
@@ -204,7 +219,7 @@ class LocalStack:
         self.service_endpoints: dict[str, str] = {}  # service -> endpoint, where it is not endpoint_url
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
-        self.console: Any = None  # loom.console.server.ConsoleServer when options.console_port is set
+        self.console: Console | None = None  # when options.console_port is set
         self._sweeper_thread: threading.Thread | None = None
         self._ttl_thread: threading.Thread | None = None
         self._reapers: list[Reaper] = []
@@ -254,6 +269,8 @@ class LocalStack:
         if opts.emulator == "embedded":
             check_port(opts.host, opts.port, "--port")
         check_port(opts.host, opts.api_port, "--api-port")
+        if opts.console_port is not None and opts.console_factory is None:
+            raise ValueError("StackOptions.console_port needs a console_factory (loom.console.app.serve_stack)")
         if opts.console_port is not None and not opts.console_port_fallback:
             check_port("127.0.0.1", opts.console_port, "--console-port")
         saved = self._saved_state()
@@ -323,16 +340,15 @@ class LocalStack:
             self.service_endpoints["dynamodb"] = self._dynamodb_emulator.endpoint_url
 
     def _start_console(self) -> None:
-        if self.options.console_port is None or self.api_url is None:
+        serve = self.options.console_factory
+        if self.options.console_port is None or serve is None or self.api_url is None:
             return
-        from loom.console.app import for_stack  # only when asked: `loom up` stays fast without it
-
         try:
-            self.console = for_stack(self, self.options.console_port).start()
+            self.console = serve(self, self.options.console_port)
         except OSError as exc:
             if not (self.options.console_port_fallback and exc.errno in (errno.EADDRINUSE, errno.EACCES)):
                 raise
-            self.console = for_stack(self, 0).start()
+            self.console = serve(self, 0)
 
     def _saved_state(self) -> dict[str, Any] | None:
         """What a persistent start puts back (None: start empty, at real time)."""
