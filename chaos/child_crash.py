@@ -34,7 +34,7 @@ def run(t: Target, r: Result) -> None:
         # The crashed children's holds leave GSI1 at the sweeper's next visit.
         w.wait(kids, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=max(90.0, 4 * t.lease + 30))
         done = time.time()
-    statuses = {eid: (t.get(eid).status.value if t.get(eid) else None) for eid in [parent, cancelled, running_kid]}
+    statuses = {eid: t.status_of(eid) for eid in [parent, cancelled, running_kid]}
     runs = (t.entries(parent).get(f"{parent}:2") or {}).get("runs", 0)
     r.expect(statuses[parent] == "COMPLETED", f"the parent ended {statuses[parent]}")
     r.expect(runs == 1, f"the parent's step after its children ran {runs} times, expected once")

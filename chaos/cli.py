@@ -21,7 +21,7 @@ from chaos.soak import make_plan, run_soak
 EMULATORS = ("embedded", "localstack", "aws")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "chaos",
         help="inject failures and check the invariants",

@@ -292,7 +292,7 @@ def run(t: Target, r: Result) -> None:
         f"standard delivery {dict(delivery)}"
     )
     r.observed = (
-        f"statuses {[t.get(e).status.value if t.get(e) else None for e in ids.values()]}; undo order {order}; "
+        f"statuses {[t.status_of(e) for e in ids.values()]}; undo order {order}; "
         f"killed refund ran {refund.get('runs')}x, landed once; crash hook exits {crashes}; tokens in log: {logged}"
     )
     r.recovered(out.get("killed_at") or started, done)

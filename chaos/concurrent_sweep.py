@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any
 
 from chaos.observe import Watcher
 from chaos.scenario import Result, Scenario, new_id, verify
@@ -24,7 +25,7 @@ NAPPERS = 3
 def run(t: Target, r: Result) -> None:
     pipes = [new_id(NAME, i) for i in range(PIPELINES)]
     naps = [new_id(f"{NAME}-nap", i) for i in range(NAPPERS)]
-    ticks: list[dict] = []
+    ticks: list[dict[str, Any]] = []
     with Watcher(t) as w:
         w.add(*pipes, *naps)
         # Phase 1: the happy path under a storm of sweeps.
@@ -49,7 +50,7 @@ def run(t: Target, r: Result) -> None:
         sleeping = w.wait(naps, lambda ex: ex.status.value == "SLEEPING", timeout=60, what="SLEEPING")
         wake_at = max(ex.next_wake_at or 0 for ex in sleeping.values())
         release = time.time() + 3.0
-        holder: dict[str, list] = {}
+        holder: dict[str, list[dict[str, Any]]] = {}
         racer = threading.Thread(target=lambda: holder.setdefault("r", sweep_in_subprocesses(t, 2, at=release)))
         racer.start()
         time.sleep(max(0.0, release - 0.4 - time.time()))  # the sleepers fall due just before the release

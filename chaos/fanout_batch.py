@@ -90,7 +90,7 @@ def run(t: Target, r: Result) -> None:
         r.expect(commits == [1], f"{eid}: the fan-out step committed {commits} times")
         evidence[eid] = check_batch(t, eid, dict(ex.context), r)
     r.injected = f"line {REFUSED} refused; crash hook after line {CRASH_ITEM}'s commit in {victim}; {copies} copies"
-    r.observed = f"both {[t.get(e).status.value if t.get(e) else None for e in ids]}; {evidence}"
+    r.observed = f"both {[t.status_of(e) for e in ids]}; {evidence}"
     r.recovered(started, done)
     r.evidence.update(copies=copies, batches=evidence)
     verify(r, t, w, ids)

@@ -135,7 +135,7 @@ def run(t: Target, r: Result) -> None:
             "timeline": timeline,
         }
     r.injected = f"crash hook after item {CRASH_ITEM}'s commit in {victim}; {copies} copies of item messages"
-    r.observed = f"both {[t.get(e).status.value if t.get(e) else None for e in ids]}; {evidence}"
+    r.observed = f"both {[t.status_of(e) for e in ids]}; {evidence}"
     r.recovered(started, done)  # the crash lands in the first window: the whole run is its recovery
     r.evidence.update(copies=copies, items=evidence)
     verify(r, t, w, ids)

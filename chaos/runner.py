@@ -19,7 +19,10 @@ from loom import stackfile
 def scenario(name: str) -> Scenario:
     if name not in SCENARIOS:
         raise KeyError(f"unknown chaos scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    return importlib.import_module(f"chaos.{name}").SCENARIO
+    found = importlib.import_module(f"chaos.{name}").SCENARIO
+    if not isinstance(found, Scenario):
+        raise TypeError(f"chaos.{name}.SCENARIO is a {type(found).__name__}, not a Scenario")
+    return found
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from chaos.observe import Watcher
 from chaos.scenario import Result, Scenario, verify
@@ -30,7 +31,7 @@ LEAD = 0.5  # seconds of the racers' sweeps before the fire time falls due
 SPAN = 1.5  # seconds each racer keeps sweeping, back to back
 
 
-def _night(t: Target, w: Watcher) -> tuple[float, list[dict], float, float]:
+def _night(t: Target, w: Watcher) -> tuple[float, list[dict[str, Any]], float, float]:
     """Bring the next fire time into the racers' sweeps; their reports, when it fell due and
     when they were released."""
     fire = next_after(parse(EXPRESSION), t.clock().now())
@@ -48,7 +49,7 @@ def _night(t: Target, w: Watcher) -> tuple[float, list[dict], float, float]:
 
 
 def run(t: Target, r: Result) -> None:
-    reports: list[list[dict]] = []
+    reports: list[list[dict[str, Any]]] = []
     fires: list[float] = []
     releases: list[float] = []
     with Watcher(t) as w:

@@ -34,6 +34,7 @@ from engine.clock import Clock
 from engine.state import Execution, StepRecord
 from functions.wiring import FileOffsetClock, load_workflows
 from loom import stackfile
+from loom.jsonvalue import loads_object
 from loom.local import clock as local_clock
 from loom.local.client import LocalApi, call
 from loom.local.emulator import EmulatorKeys, docker_available, fake_credentials
@@ -317,6 +318,11 @@ class Target:
     def get(self, execution_id: str) -> Execution | None:
         return self.store.get_execution(execution_id)
 
+    def status_of(self, execution_id: str) -> str | None:
+        """The execution's status (its value), None when there is no such execution."""
+        ex = self.get(execution_id)
+        return ex.status.value if ex is not None else None
+
     def get_many(self, execution_ids: list[str]) -> list[Execution]:
         """Many executions in a request a hundred: a watcher of a thousand executions would
         otherwise keep the emulator busy with a GetItem per execution per pass."""
@@ -430,7 +436,7 @@ class Target:
             return dict(self.stack.tick_sweeper() or {})
         if self.kind == "aws" and self.sweeper_function:
             answer = self.session.client("lambda").invoke(FunctionName=self.sweeper_function, Payload=b"{}")
-            return json.loads(answer["Payload"].read() or b"{}")
+            return loads_object(answer["Payload"].read() or b"{}", "the sweeper function's answer")
         return sweep_in_subprocesses(self, 1)[0]
 
     def sweeper_env(self) -> dict[str, str]:

@@ -145,7 +145,9 @@ def _measure(story: Callable[[_Rig], None]) -> dict[str, int]:
         return rig.figures()
 
 
-def _run(workflow: str, *, before: Callable[[_Rig], None] | None = None, answer: Callable[[_Rig], None] | None = None):
+def _run(
+    workflow: str, *, before: Callable[[_Rig], object] | None = None, answer: Callable[[_Rig], object] | None = None
+) -> dict[str, int]:
     def story(rig: _Rig) -> None:
         rig.engine.start(workflow, {}, execution_id="b1")
         if before is not None:

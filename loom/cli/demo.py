@@ -337,10 +337,11 @@ def _error_text(error: Any) -> str | None:
     if error is None:
         return None
     if isinstance(error, str):
+        text: str = error
         try:
-            error = json.loads(error)
+            error = json.loads(text)
         except ValueError:
-            return error
+            return text
     if isinstance(error, dict):
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
     return str(error)

@@ -33,6 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from engine.log import get_logger
 from loom import stackfile
+from loom.jsonvalue import as_object
 from loom.local import clock as offset_clock
 from loom.local import concurrency, private, procs, snapshot
 from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
@@ -186,7 +187,9 @@ class _EndpointSession:
         self.region_name = region
 
     def client(self, name: str, **kwargs: Any) -> Any:
-        return self._session.client(name, endpoint_url=self.endpoints.get(name, self.endpoint_url), **kwargs)
+        # boto3's stubs type client() per literal service name; this one takes the name at run time.
+        url = self.endpoints.get(name, self.endpoint_url)
+        return self._session.client(name, endpoint_url=url, **kwargs)  # type: ignore[call-overload]
 
 
 def _base_env() -> dict[str, str]:
@@ -286,10 +289,13 @@ class LocalStack:
         emulator_log = self._output or output_file(self.state_dir / "emulator.log")
         if opts.emulator == "embedded":
             state_file = self.state_file if opts.persist else None
-            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log, state_file=state_file).start()
+            emulator: EmbeddedEmulator | LocalStackEmulator = EmbeddedEmulator(
+                opts.host, opts.port, log=emulator_log, state_file=state_file
+            ).start()
         else:
-            self._start_localstack(emulator_log)
-        self.endpoint_url = self._emulator.endpoint_url
+            emulator = self._start_localstack(emulator_log)
+        self._emulator = emulator
+        self.endpoint_url = emulator.endpoint_url
         self._session = _EndpointSession(self.endpoint_url, opts.region, self.service_endpoints, self.emulator_keys)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
         self._assume_roles()
@@ -324,7 +330,7 @@ class LocalStack:
             worker_pids=self.worker_pids(),
         )
 
-    def _start_localstack(self, emulator_log: IO[Any]) -> None:
+    def _start_localstack(self, emulator_log: IO[Any]) -> LocalStackEmulator:
         opts = self.options
         localstack = LocalStackEmulator(
             opts.endpoint_url,
@@ -333,11 +339,12 @@ class LocalStack:
             services=template_services(self.template.resources),
             dynamodb=DynamoSource(opts.localstack_dynamodb),
         )
-        self._emulator = localstack.start()
+        started = localstack.start()
         self._log.info("localstack.started", **localstack.describe())
         if localstack.dynamodb is DynamoSource.EMBEDDED:
             self._dynamodb_emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log).start()
             self.service_endpoints["dynamodb"] = self._dynamodb_emulator.endpoint_url
+        return started
 
     def _start_console(self) -> None:
         serve = self.options.console_factory
@@ -536,7 +543,7 @@ class LocalStack:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
         target = event_props.get("Queue")
         if isinstance(target, dict) and "Fn::GetAtt" in target:
-            return target["Fn::GetAtt"][0]
+            return str(target["Fn::GetAtt"][0])
         arn = self.template.resolve(target, self.refs)
         for key, value in self.refs.items():
             if key.endswith(".Arn") and value == arn:
@@ -637,7 +644,7 @@ class LocalStack:
     def _start_ttl(self) -> None:
         """DynamoDB's TTL, which moto lacks (loom/ttl.py): on the functions' clock, once a minute
         and after every clock jump, so that `loom time advance 31d` shows retention at work."""
-        ddb = self._session.client("dynamodb")
+        ddb = self.client("dynamodb")
         self._reapers = [
             Reaper(ddb, name, ttl_attribute(ddb, name), self._function_clock)
             for name in (self.refs[lid] for lid in self.template.of_type("AWS::DynamoDB::Table"))
@@ -830,6 +837,8 @@ class LocalStack:
         The SOURCES the functions' package is built from (as the Makefile builds it for
         Lambda), every other PYTHONPATH entry the functions get, and ``extra``.
         """
+        if self.package is None:
+            raise EmulatorError("the stack is not started")
         dirs = [Path(name) if Path(name).is_absolute() else ROOT / name for name in self.package.sources]
         for env in self._envs.values():
             for entry in env.get("PYTHONPATH", "").split(os.pathsep):
@@ -898,7 +907,7 @@ class LocalStack:
         inv = self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
         if inv.outcome != "ok":
             raise FunctionFailed(inv)
-        return inv.result
+        return as_object(inv.result, "the sweeper's answer")
 
     def advance_time(self, seconds: float) -> float:
         """Move every function's clock forward; the new offset in seconds."""

@@ -112,7 +112,7 @@ def _names(refs: dict[str, Any], existing: dict[str, Any]) -> list[str]:
 
 
 def _backends(region: str) -> tuple[Any, Any]:
-    from moto.core import DEFAULT_ACCOUNT_ID  # lazily, as in moto_kept
+    from moto.core.models import DEFAULT_ACCOUNT_ID  # lazily, as in moto_kept
     from moto.dynamodb.models import dynamodb_backends
     from moto.sqs.models import sqs_backends
 

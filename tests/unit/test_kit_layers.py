@@ -74,6 +74,7 @@ LAYERS: dict[str, int] = {
     "loom.template": BASE,
     "loom.stackfile": BASE,
     "loom.client": BASE,
+    "loom.jsonvalue": BASE,
     "loom.local": BASE,
     "loom.local.private": BASE,
     "loom.local.procs": BASE,
