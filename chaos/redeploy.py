@@ -21,7 +21,7 @@ from chaos.observe import Watcher
 from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, REDEPLOY, TICK, TIME, Target
 from chaos.workflows import REDEPLOY_VERSIONS
-from engine import EngineConfig
+from engine.config import EngineConfig
 from engine.definitions import DEFINITION_CHANGED
 from engine.state import Execution, Status
 

@@ -25,13 +25,16 @@ import boto3
 from botocore.config import Config
 
 from chaos.containers import docker_kill_container
-from engine import Engine, EngineConfig, SystemClock, dead_letters, default_registry
+from engine import dead_letters
 from engine.adapters.dlq import SqsDeadLetters
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
-from engine.clock import Clock
+from engine.clock import Clock, SystemClock
+from engine.config import EngineConfig
+from engine.runtime import Engine
 from engine.state import Execution, StepRecord
+from engine.workflow import default_registry
 from functions.wiring import FileOffsetClock, load_workflows
 from loom import stackfile
 from loom.jsonvalue import loads_object

@@ -25,7 +25,7 @@ from typing import Any
 
 import functions.sweeper
 import functions.worker
-from engine import Engine
+from engine.runtime import Engine
 from functions import wiring
 from functions.settings import Settings
 from loom.bench.meter import Meter

@@ -13,12 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any
 
-from engine import Engine, Execution, Status, StepContext, default_registry, process_batch, workflow
+from engine import Status, StepContext, workflow
 from engine.adapters.dynamodb import DynamoStore, step_sk
 from engine.adapters.ledger import DynamoLedger
+from engine.batch import process_batch
 from engine.log import get_logger
-from engine.state import canonical_json
-from engine.workflow import StepSpec
+from engine.runtime import Engine
+from engine.state import Execution, canonical_json
+from engine.workflow import StepSpec, default_registry
 from loom.bench.inprocess import REGION, BenchStack
 from loom.bench.local_speed import read_history
 from loom.bench.meter import Call, Meter

@@ -14,9 +14,13 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from engine import Engine, EngineConfig, FakeClock, Registry, process_batch
+from engine import Registry
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.sqs import SqsQueue
+from engine.batch import process_batch
+from engine.clock import FakeClock
+from engine.config import EngineConfig
+from engine.runtime import Engine
 from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
 from loom.bench.report import table
 from loom.template import create_resources
