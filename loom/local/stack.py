@@ -159,6 +159,10 @@ class StackOptions:
     console_port_fallback: bool = False  # the port is only a preference: when taken, any free one
     console_factory: ConsoleFactory | None = None
 
+    def __post_init__(self) -> None:
+        if self.console_port is not None and self.console_factory is None:
+            raise ValueError("StackOptions.console_port needs a console_factory (loom.console.app.serve_stack)")
+
 
 class _EndpointSession:
     """A boto3 session whose clients all talk to the emulator (without touching os.environ).
@@ -272,8 +276,6 @@ class LocalStack:
         if opts.emulator == "embedded":
             check_port(opts.host, opts.port, "--port")
         check_port(opts.host, opts.api_port, "--api-port")
-        if opts.console_port is not None and opts.console_factory is None:
-            raise ValueError("StackOptions.console_port needs a console_factory (loom.console.app.serve_stack)")
         if opts.console_port is not None and not opts.console_port_fallback:
             check_port("127.0.0.1", opts.console_port, "--console-port")
         saved = self._saved_state()
