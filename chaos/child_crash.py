@@ -12,7 +12,7 @@ import time
 
 from chaos.invariants import Expect, check_waits
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
 
 NAME = "child_crash"
@@ -34,7 +34,7 @@ def run(t: Target, r: Result) -> None:
         # The crashed children's holds leave GSI1 at the sweeper's next visit.
         w.wait(kids, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=max(90.0, 4 * t.lease + 30))
         done = time.time()
-    statuses = {eid: (t.get(eid).status.value if t.get(eid) else None) for eid in [parent, cancelled, running_kid]}
+    statuses = {eid: t.status_of(eid) for eid in [parent, cancelled, running_kid]}
     runs = (t.entries(parent).get(f"{parent}:2") or {}).get("runs", 0)
     r.expect(statuses[parent] == "COMPLETED", f"the parent ended {statuses[parent]}")
     r.expect(runs == 1, f"the parent's step after its children ran {runs} times, expected once")
@@ -60,5 +60,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

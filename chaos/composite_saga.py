@@ -40,7 +40,7 @@ from chaos import faults
 from chaos.fanout_join import check_items
 from chaos.invariants import Expect, check_waits
 from chaos.observe import Watcher
-from chaos.scenario import SKIP, Result, Scenario, main_for, new_id, verify
+from chaos.scenario import SKIP, Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, KILL, Target
 from engine.messages import MessageKind, StepMessage
 from engine.state import StepStatus
@@ -292,7 +292,7 @@ def run(t: Target, r: Result) -> None:
         f"standard delivery {dict(delivery)}"
     )
     r.observed = (
-        f"statuses {[t.get(e).status.value if t.get(e) else None for e in ids.values()]}; undo order {order}; "
+        f"statuses {[t.status_of(e) for e in ids.values()]}; undo order {order}; "
         f"killed refund ran {refund.get('runs')}x, landed once; crash hook exits {crashes}; tokens in log: {logged}"
     )
     r.recovered(out.get("killed_at") or started, done)
@@ -321,5 +321,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (KILL, CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

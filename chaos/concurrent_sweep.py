@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any
 
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, TICK, TIME, Target, sweep_in_subprocesses
 
 NAME = "concurrent_sweep"
@@ -24,7 +25,7 @@ NAPPERS = 3
 def run(t: Target, r: Result) -> None:
     pipes = [new_id(NAME, i) for i in range(PIPELINES)]
     naps = [new_id(f"{NAME}-nap", i) for i in range(NAPPERS)]
-    ticks: list[dict] = []
+    ticks: list[dict[str, Any]] = []
     with Watcher(t) as w:
         w.add(*pipes, *naps)
         # Phase 1: the happy path under a storm of sweeps.
@@ -49,7 +50,7 @@ def run(t: Target, r: Result) -> None:
         sleeping = w.wait(naps, lambda ex: ex.status.value == "SLEEPING", timeout=60, what="SLEEPING")
         wake_at = max(ex.next_wake_at or 0 for ex in sleeping.values())
         release = time.time() + 3.0
-        holder: dict[str, list] = {}
+        holder: dict[str, list[dict[str, Any]]] = {}
         racer = threading.Thread(target=lambda: holder.setdefault("r", sweep_in_subprocesses(t, 2, at=release)))
         racer.start()
         time.sleep(max(0.0, release - 0.4 - time.time()))  # the sleepers fall due just before the release
@@ -91,5 +92,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (TICK, TIME, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

@@ -24,7 +24,7 @@ from typing import Any
 
 from chaos.fanout_join import drive_with_copies
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
 from engine.batch_result import key as batch_key
 from engine.join import CompletionPolicy
@@ -90,7 +90,7 @@ def run(t: Target, r: Result) -> None:
         r.expect(commits == [1], f"{eid}: the fan-out step committed {commits} times")
         evidence[eid] = check_batch(t, eid, dict(ex.context), r)
     r.injected = f"line {REFUSED} refused; crash hook after line {CRASH_ITEM}'s commit in {victim}; {copies} copies"
-    r.observed = f"both {[t.get(e).status.value if t.get(e) else None for e in ids]}; {evidence}"
+    r.observed = f"both {[t.status_of(e) for e in ids]}; {evidence}"
     r.recovered(started, done)
     r.evidence.update(copies=copies, batches=evidence)
     verify(r, t, w, ids)
@@ -99,5 +99,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

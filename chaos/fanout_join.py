@@ -24,7 +24,7 @@ import time
 
 from chaos import faults
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, Target
 from engine.messages import MessageKind, StepMessage
 
@@ -135,7 +135,7 @@ def run(t: Target, r: Result) -> None:
             "timeline": timeline,
         }
     r.injected = f"crash hook after item {CRASH_ITEM}'s commit in {victim}; {copies} copies of item messages"
-    r.observed = f"both {[t.get(e).status.value if t.get(e) else None for e in ids]}; {evidence}"
+    r.observed = f"both {[t.status_of(e) for e in ids]}; {evidence}"
     r.recovered(started, done)  # the crash lands in the first window: the whole run is its recovery
     r.evidence.update(copies=copies, items=evidence)
     verify(r, t, w, ids)
@@ -144,5 +144,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (CRASH_HOOK, CHAOS_WORKFLOWS), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

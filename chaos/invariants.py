@@ -141,16 +141,16 @@ def check_history(ex: Execution, history: Sequence[StepRecord], expect: Expect) 
     for i in range(ex.current_step if ex.status is not Status.COMPLETED else len(by_index)):
         if ex.status in UNDOING:
             break  # check_compensation: only committed steps are undone
-        r = by_index.get(i)
-        if r is None or r.status is not StepStatus.COMPLETED:
+        behind = by_index.get(i)
+        if behind is None or behind.status is not StepStatus.COMPLETED:
             out.append(f"step {i} is behind the execution (at step {ex.current_step}) but not committed")
     if ex.status is Status.COMPLETED and ex.current_step != len(by_index):
         out.append(f"COMPLETED at step {ex.current_step} with {len(by_index)} steps in history")
     if ex.status is Status.FAILED:
-        r = by_index.get(ex.current_step)
+        failed = by_index.get(ex.current_step)
         if ex.error is None:
             out.append("FAILED without an error on the execution")
-        if r is None or r.status is not StepStatus.FAILED or not r.error:
+        if failed is None or failed.status is not StepStatus.FAILED or not failed.error:
             out.append(f"FAILED at step {ex.current_step} but its history does not record the failure")
     # The one committed result per step is the one the execution carries on.
     context = dict(ex.input)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 from chaos import faults
+from chaos.invariants import Snapshot
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, PURGE, TIME, Target
 
 NAME = "lost_timer"
@@ -45,9 +47,7 @@ def run(t: Target, r: Result) -> None:
             timeout=60,
             what="a wake-up",
         )
-        woke_wall = {
-            eid: w.first_seen(eid, lambda s, e=eid: s.version > waiting[e].version) or time.time() for eid in woke
-        }
+        woke_wall = {eid: w.first_seen(eid, _past(waiting[eid].version)) or time.time() for eid in woke}
         w.wait([napper, backer], timeout=60)
         recovered = time.time()
     late = {eid: round(woke_wall[eid] - due_wall[eid], 2) for eid in (napper, backer)}
@@ -62,7 +62,14 @@ def run(t: Target, r: Result) -> None:
         r.expect(-1.0 <= v <= 6.0, f"{eid} woke {v}s from next_wake_at (sweeper tick is ~1s)")
 
 
+def _past(version: int) -> Callable[[Snapshot], bool]:
+    """A snapshot of a later version than ``version``."""
+    return lambda s: s.version > version
+
+
 SCENARIO = Scenario(NAME, FAULT, (TIME, CHAOS_WORKFLOWS, PURGE), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

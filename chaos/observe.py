@@ -6,10 +6,16 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from chaos.invariants import Snapshot
 from engine.state import Execution
+
+
+class Source(Protocol):
+    """What a watcher reads (a chaos Target, or a test's fake); ``get_many`` is used when it has one."""
+
+    def get(self, execution_id: str) -> Execution | None: ...
 
 
 class Timeout(Exception):
@@ -30,7 +36,7 @@ class Watcher:
     SHARE = 4.0
     BATCH = 100
 
-    def __init__(self, target: Any, interval: float = 0.15) -> None:
+    def __init__(self, target: Source, interval: float = 0.15) -> None:
         self._target = target
         self._interval = interval
         self._ids: list[str] = []
@@ -183,12 +189,7 @@ class Watcher:
             if len(found) == len(ids):
                 return found
             if time.monotonic() > deadline:
-                late = [
-                    f"{e}: {self.latest(e).status.value if self.latest(e) else 'missing'}"
-                    f" step {self.latest(e).current_step if self.latest(e) else '?'}"
-                    for e in ids
-                    if e not in found
-                ]
+                late = [_where(e, self.latest(e)) for e in ids if e not in found]
                 raise Timeout(f"{len(late)} execution(s) did not reach {what} in {timeout:.0f}s: {late[:5]}")
             time.sleep(poll)
 
@@ -203,3 +204,10 @@ def wait_for(check: Callable[[], Any], *, timeout: float, what: str, poll: float
         if time.monotonic() > deadline:
             raise Timeout(f"gave up waiting for {what} after {timeout:.0f}s")
         time.sleep(poll)
+
+
+def _where(execution_id: str, ex: Execution | None) -> str:
+    """Where a late execution was last seen, for the timeout's message."""
+    if ex is None:
+        return f"{execution_id}: missing step ?"
+    return f"{execution_id}: {ex.status.value} step {ex.current_step}"

@@ -18,10 +18,10 @@ import time
 
 from chaos.faults import dlq_depth
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
 from chaos.target import CHAOS_WORKFLOWS, REDEPLOY, TICK, TIME, Target
 from chaos.workflows import REDEPLOY_VERSIONS
-from engine import EngineConfig
+from engine.config import EngineConfig
 from engine.definitions import DEFINITION_CHANGED
 from engine.state import Execution, Status
 
@@ -117,5 +117,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (TICK, TIME, CHAOS_WORKFLOWS, REDEPLOY), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

@@ -10,13 +10,19 @@ from typing import Any, TextIO
 
 from chaos import SCENARIOS
 from chaos.scenario import FAIL, Result, Scenario, execute
+from chaos.stackctl import chaos_stack
 from chaos.target import Target
+from engine.log import configure
+from loom import stackfile
 
 
 def scenario(name: str) -> Scenario:
     if name not in SCENARIOS:
         raise KeyError(f"unknown chaos scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    return importlib.import_module(f"chaos.{name}").SCENARIO
+    found = importlib.import_module(f"chaos.{name}").SCENARIO
+    if not isinstance(found, Scenario):
+        raise TypeError(f"chaos.{name}.SCENARIO is a {type(found).__name__}, not a Scenario")
+    return found
 
 
 @contextlib.contextmanager
@@ -38,15 +44,11 @@ def open_target(
         yield Target.deployed(stack_name or "loom-dev")
         return
     if running:
-        from loom import stackfile
-
         info = stackfile.read()
         if info is None:
             raise RuntimeError(f"no running stack: {stackfile.path()} does not exist (run `loom up` first)")
         yield Target.from_stackfile(info)
         return
-    from chaos.stackctl import chaos_stack
-    from engine.log import configure
 
     configure("WARNING", stream=sys.stderr)  # the stack's own info logs would drown the table
     with chaos_stack(

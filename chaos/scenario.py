@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -140,10 +139,3 @@ def execute(scenario: Scenario, target: Target) -> Result:
     if result.violations:
         result.status = FAIL
     return result
-
-
-def main_for(name: str, argv: Sequence[str] | None = None) -> int:
-    """``python -m chaos.<name>``: the same as ``loom chaos <name>``."""
-    from loom.cli.chaos import main
-
-    return main([name, *(sys.argv[1:] if argv is None else argv)])

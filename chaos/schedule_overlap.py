@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, verify
+from chaos.scenario import Result, Scenario, verify
 from chaos.target import TICK, TIME, Target, sweep_when_ready
 from engine.schedule_expr import next_after, parse
 from engine.schedule_plan import iso, scheduled_id, scheduled_input
@@ -30,7 +31,7 @@ LEAD = 0.5  # seconds of the racers' sweeps before the fire time falls due
 SPAN = 1.5  # seconds each racer keeps sweeping, back to back
 
 
-def _night(t: Target, w: Watcher) -> tuple[float, list[dict], float, float]:
+def _night(t: Target, w: Watcher) -> tuple[float, list[dict[str, Any]], float, float]:
     """Bring the next fire time into the racers' sweeps; their reports, when it fell due and
     when they were released."""
     fire = next_after(parse(EXPRESSION), t.clock().now())
@@ -48,7 +49,7 @@ def _night(t: Target, w: Watcher) -> tuple[float, list[dict], float, float]:
 
 
 def run(t: Target, r: Result) -> None:
-    reports: list[list[dict]] = []
+    reports: list[list[dict[str, Any]]] = []
     fires: list[float] = []
     releases: list[float] = []
     with Watcher(t) as w:
@@ -97,5 +98,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (TICK, TIME), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

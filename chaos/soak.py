@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from chaos import faults, soak_mix
+from chaos import containers, faults, soak_mix
+from chaos.invariants import Snapshot
 from chaos.observe import Watcher
 from chaos.scenario import FAIL, PASS, Result
 from chaos.soak_checks import check_planned
@@ -239,7 +240,7 @@ class _Injector:
             faults.send_copies(t, bodies, f.params["copies"])
         elif f.kind == "kill_worker":
             if t.docker_kill:
-                faults.docker_kill_container()  # a worker Lambda's container, under LocalStack
+                containers.docker_kill_container()  # a worker Lambda's container, under LocalStack
             elif pids := t.worker_pids():
                 t.kill(pids[f.params["which"] % len(pids)])
         elif f.kind == "sweep_storm":
@@ -267,7 +268,7 @@ class _Injector:
         for at, versions in self.pending:
             worst = 0.0
             for eid, v in versions.items():
-                moved = self.w.first_seen(eid, lambda s, v=v, at=at: s.version > v and s.seen_at >= at)
+                moved = self.w.first_seen(eid, _moved_past(v, at))
                 if moved is not None:
                     worst = max(worst, moved - at)
             self.recoveries.append(worst)
@@ -342,7 +343,11 @@ def run_soak(
 ) -> SoakSummary:
     plan = make_plan(executions, seed)
     summary = SoakSummary(seed, plan.digest, executions, dict(plan.counts()), kinds=dict(plan.kinds()))
-    say = (lambda msg: print(msg, file=out, flush=True)) if out is not None else (lambda msg: None)
+
+    def say(msg: str) -> None:
+        if out is not None:
+            print(msg, file=out, flush=True)
+
     say(f"soak: {executions} executions, seed {seed}, plan digest {plan.digest}, {len(plan.faults)} timed faults")
     say(f"soak: kinds {dict(sorted(plan.kinds().items()))}, expected ends {dict(plan.expected())}")
     run_tag = f"soak{seed}-{random.Random().getrandbits(32):08x}"
@@ -410,3 +415,8 @@ def _inject_all(target: Target, plan: Plan, injector: _Injector, injected: Count
             injected[f.kind] += 1
         except Exception as exc:
             summary.violations.append(f"injecting {f.kind} failed: {type(exc).__name__}: {exc}")
+
+
+def _moved_past(version: int, at: float) -> Callable[[Snapshot], bool]:
+    """A snapshot past ``version``, seen from ``at`` on."""
+    return lambda s: s.version > version and s.seen_at >= at

@@ -10,6 +10,8 @@ from typing import Any
 
 from chaos.target import WORKFLOW_MODULES, Target
 from chaos.throttle import ThrottleProxy
+from loom.local.package import makefile_sources
+from loom.local.stack import LocalStack, StackOptions
 
 # Small numbers so that every recovery path (redelivery, lease, sweeper) fires in seconds.
 LEASE_SECONDS = 6
@@ -43,9 +45,6 @@ def chaos_stack(
     sqs_chaos_seed: int = 0,
 ) -> Iterator[Target]:
     """A LocalStack of its own with the crash hook on and the throttling proxy in front of the emulator."""
-    from loom.local.package import makefile_sources
-    from loom.local.stack import LocalStack, StackOptions
-
     with contextlib.ExitStack() as stack_ctx:
         proxy = stack_ctx.enter_context(ThrottleProxy(seed=seed))
         if state_dir is None:

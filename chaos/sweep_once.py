@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from functions import sweeper, wiring
+
 
 def _release(args: argparse.Namespace) -> float:
     """The instant to sweep at: ``--at``, or with ``--go`` the one the caller writes there once
@@ -33,7 +35,6 @@ def main(argv: list[str] | None = None) -> int:
         "--for", dest="span", type=float, default=0.0, help="keep sweeping back to back this many seconds after --at"
     )
     args = parser.parse_args(argv)
-    from functions import sweeper, wiring
 
     engine = wiring.engine()  # import and connect before the start line, like a warm Lambda
     # A first request loads botocore's models and opens the connection (half a second on a busy

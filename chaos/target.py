@@ -24,13 +24,24 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from engine import Engine, EngineConfig, SystemClock, default_registry
+from chaos.containers import docker_kill_container
+from engine import dead_letters
+from engine.adapters.dlq import SqsDeadLetters
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
-from engine.clock import Clock
+from engine.clock import Clock, SystemClock
+from engine.config import EngineConfig
+from engine.runtime import Engine
 from engine.state import Execution, StepRecord
-from loom.local.emulator import EmulatorKeys
+from engine.workflow import default_registry
+from functions.wiring import FileOffsetClock, load_workflows
+from loom import stackfile
+from loom.jsonvalue import loads_object
+from loom.local import clock as local_clock
+from loom.local.client import LocalApi, call
+from loom.local.emulator import EmulatorKeys, docker_available, fake_credentials
+from loom.local.sigv4 import Principal
 
 # The kit's own calls: patient with a busy emulator, never through the throttling proxy.
 KIT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=60)
@@ -128,7 +139,6 @@ class Target:
             REDEPLOY: "the function processes of a `loom up` stack belong to it; the kit cannot redeploy them",
         }
         offset = info.get("clock_offset_file")
-        from loom.local.sigv4 import Principal
 
         # Without the stack's credentials the control plane answers 403: use the engine API.
         stored = info.get("control_plane_credentials")
@@ -179,8 +189,6 @@ class Target:
             missing[KILL] = "workers are Lambda invocations in AWS; no process to kill"
             missing[PURGE] = "PurgeQueue on a shared account queue is left to a human"
         else:
-            from loom.local.emulator import docker_available
-
             docker_kill, why = docker_available()
             if not docker_kill:
                 missing[KILL] = f"the workers are Lambda containers inside LocalStack: {why}"
@@ -231,7 +239,6 @@ class Target:
             return boto3.session.Session(region_name=self.region)
         if self.emulator_keys is not None:
             return self.emulator_keys.session(self.region)  # the embedded emulator checks signatures
-        from loom.local.emulator import fake_credentials
 
         creds = fake_credentials(self.region)
         return boto3.session.Session(
@@ -282,16 +289,12 @@ class Target:
 
     def clock(self) -> Clock:
         if self.clock_offset_file is not None:
-            from functions.wiring import FileOffsetClock
-
             return FileOffsetClock(str(self.clock_offset_file))
         return SystemClock()
 
     @cached_property
     def engine(self) -> Engine:
         """An engine with no workers: starts executions and redrives like the control plane does."""
-        from functions.wiring import load_workflows
-
         load_workflows(tuple(WORKFLOW_MODULES.split(",")))
         return Engine(
             registry=default_registry,
@@ -318,6 +321,11 @@ class Target:
     def get(self, execution_id: str) -> Execution | None:
         return self.store.get_execution(execution_id)
 
+    def status_of(self, execution_id: str) -> str | None:
+        """The execution's status (its value), None when there is no such execution."""
+        ex = self.get(execution_id)
+        return ex.status.value if ex is not None else None
+
     def get_many(self, execution_ids: list[str]) -> list[Execution]:
         """Many executions in a request a hundred: a watcher of a thousand executions would
         otherwise keep the emulator busy with a GetItem per execution per pass."""
@@ -343,16 +351,12 @@ class Target:
             if status != 200:
                 raise RuntimeError(f"POST /dlq/redrive answered {status}: {answer}")
             return answer
-        from engine import dead_letters
-        from engine.adapters.dlq import SqsDeadLetters
 
         results = dead_letters.redrive(self.engine, SqsDeadLetters(self.sqs, self.dlq_url), 50)
         return {"results": [r.__dict__ for r in results], "summary": dead_letters.summarize(results)}
 
     def http(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
         """A SigV4-signed call to the local control plane, as the CLI makes it."""
-        from loom.local.client import LocalApi, call
-
         assert self.api_url and self.api_credentials is not None
         status, answer = call(LocalApi(self.api_url, self.api_credentials, self.region), method, path, body, 60)
         return status, answer if isinstance(answer, dict) else {}
@@ -365,7 +369,6 @@ class Target:
             return []
         if self.stack is not None:
             return list(self.stack.worker_pids())
-        from loom import stackfile
 
         info = stackfile.read() or {}
         return list(info.get("worker_pids") or [])
@@ -387,8 +390,6 @@ class Target:
         a container's hostname is the start of its id. Returns (killed, what was killed).
         """
         if self.docker_kill:
-            from chaos.faults import docker_kill_container
-
             killed = docker_kill_container(host or "")
             return bool(killed), f"container {', '.join(killed) or host}"
         return self.kill(pid), f"pid {pid}"
@@ -429,7 +430,6 @@ class Target:
             return
         if self.clock_offset_file is None:
             raise Unsupported("this stack has no clock offset file")
-        from loom.local import clock as local_clock
 
         local_clock.advance(self.clock_offset_file, seconds)
 
@@ -439,7 +439,7 @@ class Target:
             return dict(self.stack.tick_sweeper() or {})
         if self.kind == "aws" and self.sweeper_function:
             answer = self.session.client("lambda").invoke(FunctionName=self.sweeper_function, Payload=b"{}")
-            return json.loads(answer["Payload"].read() or b"{}")
+            return loads_object(answer["Payload"].read() or b"{}", "the sweeper function's answer")
         return sweep_in_subprocesses(self, 1)[0]
 
     def sweeper_env(self) -> dict[str, str]:
@@ -460,7 +460,6 @@ class Target:
                 if self.kind != "aws":
                     # An emulator takes any key; the caller's shell may have none (or real ones,
                     # which must not go to an emulator), as the stack's own functions get fake ones.
-                    from loom.local.emulator import fake_credentials
 
                     keys = self.emulator_keys
                     env.update(keys.env(self.region) if keys is not None else fake_credentials(self.region))

@@ -91,7 +91,8 @@ class ThrottleProxy:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        # An AF_INET server's address is a str; the stubs allow bytes for AF_UNIX ones.
+        return f"http://{host.decode() if isinstance(host, (bytes, bytearray)) else host}:{port}"
 
     def start(self) -> ThrottleProxy:
         self._thread.start()
@@ -172,7 +173,7 @@ class ThrottleProxy:
                 for attempt in range(2):
                     conn = local.conns.get(split.netloc)
                     if conn is None:
-                        conn = http.client.HTTPConnection(split.hostname, split.port, timeout=60)
+                        conn = http.client.HTTPConnection(split.hostname or "", split.port, timeout=60)
                         local.conns[split.netloc] = conn
                     try:
                         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}

@@ -13,7 +13,8 @@ from typing import Any
 
 from chaos import faults
 from chaos.observe import Watcher
-from chaos.scenario import Result, Scenario, main_for, new_id, verify
+from chaos.scenario import Result, Scenario, new_id, verify
+from chaos.stackctl import chaos_stack
 from chaos.target import NEW_STACK, Target
 
 NAME = "visibility_timeout"
@@ -52,8 +53,6 @@ def _one(t: Target, r: Result, label: str) -> dict[str, Any]:
 
 
 def run(t: Target, r: Result) -> None:
-    from chaos.stackctl import chaos_stack
-
     # Half one: a stack of its own whose worker never extends visibility. It is always an
     # embedded one: what it shows is the engine's behaviour, and a second stack on a shared
     # LocalStack would take LocalStack down with it when it stops.
@@ -76,5 +75,7 @@ def run(t: Target, r: Result) -> None:
 
 SCENARIO = Scenario(NAME, FAULT, (NEW_STACK,), run, __doc__ or "")
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the program: above every layer, so it may import the CLI
+    from chaos.cli import main_for
+
     sys.exit(main_for(NAME))

@@ -14,9 +14,17 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from engine import NonRetryableError, RetryPolicy, StepContext, sleep, step, workflow
-from engine.fanout_spec import map
-from engine.workflow import child, wait_for_callback
+from engine import (
+    NonRetryableError,
+    RetryPolicy,
+    StepContext,
+    child,
+    map_items,
+    sleep,
+    step,
+    wait_for_callback,
+    workflow,
+)
 from workflows.waiting import OrderApproval
 
 
@@ -189,7 +197,7 @@ def _total(ctx: StepContext) -> dict[str, Any]:
 class Fanout:
     """A map over the input's lines (window 3), then a step that reads the results in item order."""
 
-    steps = [map(items=_lines, run=price_line, name="prices", max_concurrency=3), step(_total, name="total")]
+    steps = [map_items(items=_lines, run=price_line, name="prices", max_concurrency=3), step(_total, name="total")]
     retry = RetryPolicy(max_attempts=3, base=0.5, max_delay=1, jitter="none")
 
 
@@ -214,7 +222,7 @@ class FanoutBatch:
     early; the step after reads the batch result."""
 
     steps = [
-        map(items=_lines, run=priced_or_refused, name="prices", max_concurrency=3),
+        map_items(items=_lines, run=priced_or_refused, name="prices", max_concurrency=3),
         step(_batch_report, name="report"),
     ]
     retry = RetryPolicy(max_attempts=2, base=0.5, max_delay=1, jitter="none")
@@ -288,7 +296,7 @@ class Composite:
     saga undoes charge, then each priced line from the last to the first."""
 
     steps = [
-        map(
+        map_items(
             items=_lines,
             run=step(price_line, name="price_line", compensate=_undo("line"), compensate_retry=UNDO_RETRY),
             name="prices",

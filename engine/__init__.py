@@ -1,41 +1,53 @@
-"""Loom's engine: checkpointed workflow executions on DynamoDB and SQS, free of Lambda."""
+"""Loom's authoring API: everything a workflow and its tests need, in one import.
 
-from engine.batch import Heartbeat, process_batch
-from engine.clock import Clock, FakeClock, OffsetClock, SystemClock
-from engine.config import EngineConfig, shard_of
+    from engine import RetryPolicy, StepContext, map_items, parallel, step, wait_for_callback, workflow
+
+The runtime that runs workflows (``Engine``, ``process_batch``, the clocks, the configuration)
+is for hosts (the Lambda functions, the local stack, the chaos kit), not for authors: each name
+lives in its own module (engine.runtime, engine.batch, engine.clock, engine.config...).
+tests/unit/test_authoring_api.py pins this list.
+"""
+
 from engine.errors import NonRetryableError
-from engine.messages import StepMessage
-from engine.retry import RetryDecision, RetryPolicy
-from engine.runtime import Engine, Outcome, SweepReport
-from engine.state import Attempt, Execution, Status, StepRecord, StepStatus
-from engine.workflow import Phase, Registry, StepContext, default_registry, sleep, step, workflow
+from engine.fanout_spec import map_items, parallel
+from engine.poll_strategy import exponential, fixed
+from engine.retry import RetryPolicy
+from engine.state import Status
+from engine.workflow import (
+    NOT_YET,
+    Registry,
+    StepContext,
+    child,
+    create_callback,
+    not_yet,
+    sleep,
+    step,
+    wait_for_callback,
+    wait_for_callbacks,
+    wait_for_signal,
+    wait_until,
+    workflow,
+)
 
 __all__ = [
-    "Attempt",
-    "Clock",
-    "Engine",
-    "EngineConfig",
-    "Execution",
-    "FakeClock",
-    "Heartbeat",
+    "NOT_YET",
     "NonRetryableError",
-    "OffsetClock",
-    "Outcome",
-    "Phase",
     "Registry",
-    "RetryDecision",
     "RetryPolicy",
     "Status",
     "StepContext",
-    "StepMessage",
-    "StepRecord",
-    "StepStatus",
-    "SweepReport",
-    "SystemClock",
-    "default_registry",
-    "process_batch",
-    "shard_of",
+    "child",
+    "create_callback",
+    "exponential",
+    "fixed",
+    "map_items",
+    "not_yet",
+    "parallel",
     "sleep",
     "step",
+    "wait_for_callback",
+    "wait_for_callbacks",
+    "wait_for_signal",
+    "wait_until",
     "workflow",
 ]

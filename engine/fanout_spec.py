@@ -248,7 +248,7 @@ def parallel(
     )
 
 
-def map(  # the issue's spelling, as in Lambda durable functions (shadows the builtin on purpose)
+def map_items(  # Lambda durable functions' map, named so that it does not shadow the builtin
     *,
     items: ItemsFn,
     run: StepSpec | StepFn | str,

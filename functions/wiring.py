@@ -10,15 +10,16 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from engine import Engine, OffsetClock, SystemClock, default_registry
 from engine.adapters.cursor import derive_key
 from engine.adapters.dlq import SqsDeadLetters
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
-from engine.clock import Clock
+from engine.clock import Clock, OffsetClock, SystemClock
 from engine.log import configure, ensure_configured
 from engine.ports import NoFaults
+from engine.runtime import Engine
+from engine.workflow import default_registry
 from functions.faults import CrashAfterCheckpoint
 from functions.settings import Settings
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import process_batch
+from engine.batch import process_batch
 from functions import wiring
 from functions.settings import Settings
 

@@ -141,6 +141,8 @@ class ControlPlane:
             self._credentials = found
         # Refreshable credentials (SSO, roles) hand out a consistent snapshot.
         frozen = self._credentials.get_frozen_credentials()
+        if frozen.access_key is None or frozen.secret_key is None:
+            raise ClientError("the AWS credentials found have no access key or secret key to sign with")
         return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
 
     def request(
@@ -188,6 +190,17 @@ class ControlPlane:
                 return stackfile.not_running_message(stack)
         return f"cannot reach the control plane at {self.target.url}: {reason}"
 
+    def _object(
+        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None
+    ) -> dict[str, Any]:
+        """An answer the API gives as a JSON object; anything else is said here, not a crash later."""
+        payload = self.request(method, path, query=query, body=body)[1]
+        if not isinstance(payload, dict):
+            # Not the path in the message: a callback's carries its token.
+            kind = type(payload).__name__
+            raise ClientError(f"the control plane at {self.target.url} answered {kind}, not an object")
+        return payload
+
     # ------------------------------------------------------------------ API
 
     def start(self, workflow: str, input: Any, execution_id: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -197,10 +210,10 @@ class ControlPlane:
         return self.request("POST", "/executions", body=body)
 
     def status(self, execution_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/executions/{_segment(execution_id)}")[1]
+        return self._object("GET", f"/executions/{_segment(execution_id)}")
 
     def history(self, execution_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/executions/{_segment(execution_id)}/history")[1]
+        return self._object("GET", f"/executions/{_segment(execution_id)}/history")
 
     def list(
         self,
@@ -211,35 +224,35 @@ class ControlPlane:
         cursor: str | None = None,
     ) -> dict[str, Any]:
         query = {"status": status, "workflow": workflow, "limit": limit, "cursor": cursor}
-        return self.request("GET", "/executions", query=query)[1]
+        return self._object("GET", "/executions", query=query)
 
     def cancel(self, execution_id: str, *, compensate: bool = False) -> dict[str, Any]:
         body = {"compensate": True} if compensate else None
-        return self.request("POST", f"/executions/{_segment(execution_id)}/cancel", body=body)[1]
+        return self._object("POST", f"/executions/{_segment(execution_id)}/cancel", body=body)
 
     def migrate(
         self, execution_id: str, mapping: dict[str, str], *, version: int | None = None, at: str | None = None
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"map": mapping}
         body.update({k: v for k, v in (("version", version), ("at", at)) if v is not None})
-        return self.request("POST", f"/executions/{_segment(execution_id)}/migrate", body=body)[1]
+        return self._object("POST", f"/executions/{_segment(execution_id)}/migrate", body=body)
 
     def workflows(self) -> dict[str, Any]:
-        return self.request("GET", "/workflows")[1]
+        return self._object("GET", "/workflows")
 
     def dlq_list(self, limit: int | None = None) -> dict[str, Any]:
-        return self.request("GET", "/dlq", query={"limit": limit})[1]
+        return self._object("GET", "/dlq", query={"limit": limit})
 
     def dlq_redrive(self, limit: int | None = None) -> dict[str, Any]:
-        return self.request("POST", "/dlq/redrive", query={"limit": limit})[1]
+        return self._object("POST", "/dlq/redrive", query={"limit": limit})
 
     def callback(self, token: str, action: str, body: Any = None) -> dict[str, Any]:
         """``action`` is succeed, fail or heartbeat; the token stays out of every error message."""
-        return self.request("POST", f"/callbacks/{_segment(token)}/{_segment(action)}", body=body)[1]
+        return self._object("POST", f"/callbacks/{_segment(token)}/{_segment(action)}", body=body)
 
     def signal(self, execution_id: str, name: str, payload: Any = None) -> dict[str, Any]:
         path = f"/executions/{_segment(execution_id)}/signals/{_segment(name)}"
-        return self.request("POST", path, body={"payload": payload if payload is not None else {}})[1]
+        return self._object("POST", path, body={"payload": payload if payload is not None else {}})
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -71,9 +71,12 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
     """The running stack's description, or None when no stack file exists."""
     try:
         with open(path(directory), encoding="utf-8") as fh:
-            return json.load(fh)
+            info = json.load(fh)
     except FileNotFoundError:
         return None
+    if not isinstance(info, dict):
+        raise ValueError(f"{path(directory)} holds {type(info).__name__}, not a stack's description")
+    return info
 
 
 def write(info: dict[str, Any], directory: Path | None = None) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loom import schedule
+from loom.jsonvalue import loads_object
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
@@ -40,7 +41,7 @@ def loads(text: str, filename: str = "template.yaml") -> dict[str, Any]:
     if not isinstance(doc, Mapping) or "Resources" not in doc:
         raise TemplateError(f"{filename}: not a CloudFormation template (no Resources section)")
     # Plain dicts and strings: cfn-lint's nodes carry line marks we do not need downstream.
-    return json.loads(json.dumps(doc, default=str))
+    return loads_object(json.dumps(doc, default=str), filename)
 
 
 @functools.lru_cache(maxsize=8)
@@ -51,7 +52,7 @@ def _parsed(path: str, mtime_ns: int) -> str:
 def load(path: Path | str = TEMPLATE) -> dict[str, Any]:
     """The template at ``path`` as plain data; parsed once per file version (a fresh copy each call)."""
     resolved = Path(path).resolve()
-    return json.loads(_parsed(str(resolved), resolved.stat().st_mtime_ns))
+    return loads_object(_parsed(str(resolved), resolved.stat().st_mtime_ns), str(resolved))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import moto
 
 from engine import log
-from loom.bench import fanout, local_speed, scenarios, storage, waits
+from loom.bench import fanout, html, local_speed, scenarios, storage, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render, render_recovery
@@ -295,8 +295,6 @@ def redraw(args: argparse.Namespace) -> int:
     """The page from a saved result: a chart without a ten-minute run."""
     import json
 
-    from loom.bench import html
-
     try:
         page = html.render(json.loads(args.from_json.read_text(encoding="utf-8")))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -384,8 +382,6 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(scenarios.dumps(result), encoding="utf-8")
         print(f"wrote {args.json}")
     if args.html:
-        from loom.bench import html
-
         write_html(args.html, html.render(result))
     return 0 if all(c["met"] for c in result["checks"]) else 1
 

@@ -12,6 +12,8 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
+from loom.local import moto_speed
+
 EXECUTION = {
     "status": {"S": "RUNNING"},
     "current_step": {"N": "3"},
@@ -57,8 +59,6 @@ def measure() -> dict[str, float]:
 
 
 def main() -> None:
-    from loom.local import moto_speed
-
     before = measure()
     moto_speed.apply()
     after = measure()

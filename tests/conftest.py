@@ -10,11 +10,15 @@ import boto3
 import freezegun
 import pytest
 
-from engine import Engine, EngineConfig, FakeClock, Registry, default_registry
+from engine import Registry
 from engine.adapters.dynamodb import DynamoStore
 from engine.adapters.ledger import DynamoLedger
 from engine.adapters.sqs import SqsQueue
+from engine.clock import FakeClock
+from engine.config import EngineConfig
 from engine.log import configure
+from engine.runtime import Engine
+from engine.workflow import default_registry
 from loom.testing.moto_resources import moto_kept, template_resources
 
 pytest_plugins = ["tests.tiers"]

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import RetryPolicy, StepContext, step, workflow
-from engine.fanout_spec import map, parallel
+from engine import RetryPolicy, StepContext, map_items, parallel, step, workflow
 from workflows.saga import UNDO, land, release_stock, reserve_stock, ship  # the saga's order steps, fanned out
 
 
@@ -67,5 +66,5 @@ def total(ctx: StepContext) -> dict[str, Any]:
 
 @workflow("price_lines")
 class PriceLines:
-    steps = [map(items=order_lines, run=price_line, name="prices", max_concurrency=5), total]
+    steps = [map_items(items=order_lines, run=price_line, name="prices", max_concurrency=5), total]
     retry = RetryPolicy(max_attempts=3, base=1, max_delay=5)

@@ -22,9 +22,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from engine import NonRetryableError, RetryPolicy, StepContext, workflow
-from engine.workflow import (
+from engine import (
     NOT_YET,
+    NonRetryableError,
+    RetryPolicy,
+    StepContext,
     child,
     create_callback,
     exponential,
@@ -33,6 +35,7 @@ from engine.workflow import (
     wait_for_callbacks,
     wait_for_signal,
     wait_until,
+    workflow,
 )
 from workflows.examples import notify_customer, reserve_inventory, ship_order
 

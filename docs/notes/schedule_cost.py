@@ -7,11 +7,11 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
 
+from engine import Registry, workflow
 from engine.adapters.dynamodb import item_size
 from engine.clock import FakeClock
 from engine.config import EngineConfig
 from engine.runtime import Engine
-from engine.workflow import Registry, workflow
 from loom.testing.moto_backend import moto_store
 from loom.testing.queue import VirtualQueue
 

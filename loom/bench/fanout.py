@@ -13,8 +13,8 @@ import time
 import uuid
 from typing import Any
 
-from engine import StepContext, default_registry, workflow
-from engine.fanout_spec import map as fan_map
+from engine import StepContext, map_items, workflow
+from engine.workflow import default_registry
 from loom.bench.inprocess import BenchStack
 from loom.bench.scenarios import _wait_completed, request_table, totals
 
@@ -34,7 +34,7 @@ def _lines(ctx: StepContext) -> list[int]:
 def map_workflow(concurrency: int) -> str:
     name = f"bench_map_{concurrency}"
     if name not in default_registry.names():
-        steps = [fan_map(items=_lines, run=_price, name="prices", max_concurrency=concurrency)]
+        steps = [map_items(items=_lines, run=_price, name="prices", max_concurrency=concurrency)]
         workflow(name)(type(name, (), {"steps": steps}))
     return name
 

@@ -25,10 +25,11 @@ from typing import Any
 
 import functions.sweeper
 import functions.worker
-from engine import Engine
+from engine.runtime import Engine
 from functions import wiring
 from functions.settings import Settings
 from loom.bench.meter import Meter
+from loom.jsonvalue import as_object
 from loom.local import clock as offset_clock
 from loom.local.emulator import EmbeddedEmulator
 from loom.local.esm import EsmConfig, SqsEventSource
@@ -252,7 +253,7 @@ class BenchStack:
         inv = self.sweeper.invoke(scheduled_event("arn:aws:events:us-east-1:123456789012:rule/bench", REGION))
         if inv.outcome != "ok":
             raise RuntimeError(f"sweeper failed: {inv.error}")
-        return inv.result
+        return as_object(inv.result, "the sweeper's answer")
 
     def start_sweeper(self, every: float) -> None:
         self._ticker_stop.clear()

@@ -13,11 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any
 
-from engine import Execution, Status, StepContext, default_registry, process_batch, workflow
+from engine import Status, StepContext, workflow
 from engine.adapters.dynamodb import DynamoStore, step_sk
 from engine.adapters.ledger import DynamoLedger
+from engine.batch import process_batch
 from engine.log import get_logger
-from engine.state import canonical_json
+from engine.runtime import Engine
+from engine.state import Execution, canonical_json
+from engine.workflow import StepSpec, default_registry
 from loom.bench.inprocess import REGION, BenchStack
 from loom.bench.local_speed import read_history
 from loom.bench.meter import Call, Meter
@@ -198,6 +201,8 @@ def run_floor(stack: BenchStack, *, n: int, steps: int, workers: int) -> dict[st
         lat: list[float] = []
         mark = time.time()
         for idx, st in enumerate(spec.steps):
+            if not isinstance(st, StepSpec):
+                raise TypeError(f"the floor runs plain steps only, not {type(st).__name__} ({wf} step {idx})")
             ctx = StepContext(eid, wf, idx, st.name, 1, MappingProxyType(dict(data)), log, services)
             started = time.time()
             result = st.fn(ctx) or {}
@@ -452,7 +457,7 @@ def recovery(
     }
 
 
-def _runs_of(eng: Any, eid: str, index: int) -> int:
+def _runs_of(eng: Engine, eid: str, index: int) -> int:
     for record in eng.store.history(eid):
         if record.index == index:
             return len(record.attempts)
@@ -460,9 +465,10 @@ def _runs_of(eng: Any, eid: str, index: int) -> int:
 
 
 def _receive(sqs: Any, queue_url: str) -> list[dict[str, Any]]:
-    return sqs.receive_message(
+    messages: list[dict[str, Any]] = sqs.receive_message(
         QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageSystemAttributeNames=["All"]
     ).get("Messages", [])
+    return messages
 
 
 def _drain(stack: BenchStack, sqs: Any, queue_url: str, arn: str) -> None:
@@ -479,7 +485,7 @@ def _drain(stack: BenchStack, sqs: Any, queue_url: str, arn: str) -> None:
                 sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
 
 
-def _committed_at(eng: Any, eid: str, index: int) -> float | None:
+def _committed_at(eng: Engine, eid: str, index: int) -> float | None:
     for record in eng.store.history(eid):
         if record.index == index and record.status.value == "COMPLETED":
             return record.finished_at

@@ -14,8 +14,16 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from engine import Engine, EngineConfig, FakeClock, Registry, process_batch
+from engine import Registry
+from engine.adapters.dynamodb import DynamoStore
+from engine.adapters.sqs import SqsQueue
+from engine.batch import process_batch
+from engine.clock import FakeClock
+from engine.config import EngineConfig
+from engine.runtime import Engine
 from engine.workflow import NOT_YET, build_spec, child, wait_for_callback, wait_for_signal, wait_until
+from loom.bench.report import table
+from loom.template import create_resources
 
 WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
 SENDS = frozenset({"SendMessage", "SendMessageBatch"})
@@ -48,9 +56,6 @@ def _registry(tokens: list[str], polls: list[int]) -> Registry:
 
 class _Rig:
     def __init__(self, session: Any, refs: dict[str, Any]) -> None:
-        from engine.adapters.dynamodb import DynamoStore
-        from engine.adapters.sqs import SqsQueue
-
         self.calls: Counter[tuple[str, str]] = Counter()
         self.delivered = 0
         self.tokens: list[str] = []
@@ -137,8 +142,6 @@ def _measure(story: Callable[[_Rig], None]) -> dict[str, int]:
     import boto3
     from moto import mock_aws
 
-    from loom.template import create_resources
-
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         rig = _Rig(session, create_resources(session))
@@ -146,7 +149,9 @@ def _measure(story: Callable[[_Rig], None]) -> dict[str, int]:
         return rig.figures()
 
 
-def _run(workflow: str, *, before: Callable[[_Rig], None] | None = None, answer: Callable[[_Rig], None] | None = None):
+def _run(
+    workflow: str, *, before: Callable[[_Rig], object] | None = None, answer: Callable[[_Rig], object] | None = None
+) -> dict[str, int]:
     def story(rig: _Rig) -> None:
         rig.engine.start(workflow, {}, execution_id="b1")
         if before is not None:
@@ -248,8 +253,6 @@ def _approval() -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    from loom.bench.report import table
-
     rows = [
         [
             r["wait"],

@@ -18,7 +18,7 @@ GROUPS = (
     "loom.cli.waits",
     "loom.cli.logs",
     "loom.cli.local",
-    "loom.cli.chaos",
+    "chaos.cli",
     "loom.cli.webconsole",
     "loom.cli.localstack",
 )

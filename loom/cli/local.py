@@ -15,9 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from loom import stackfile
+from loom.cli import console
+from loom.cli.demo import Demo, DemoOptions
 from loom.cli.output import error
+from loom.console.app import serve_stack
 from loom.local import clock as offset_clock
 from loom.local import private, procs
+from loom.local.aws import StackNotReady, stack_info
+from loom.local.emulator import EmulatorError
+from loom.local.package import PackageError
+from loom.local.reload import SourceWatcher
+from loom.local.snapshot import SnapshotError
+from loom.local.stack import REGION, LocalStack, PortTaken, StackOptions
 
 DETACH_TIMEOUT = 180.0
 
@@ -295,8 +304,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _up_aws(args: argparse.Namespace) -> int:
-    from loom.local.aws import StackNotReady, stack_info
-
     if not args.stack:
         error("--emulator aws needs --stack NAME (the deployed CloudFormation stack)")
         return 2
@@ -313,8 +320,6 @@ def _up_aws(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
-    from loom.local.stack import REGION, StackOptions
-
     return StackOptions(
         emulator=args.emulator,
         host=args.host,
@@ -338,17 +343,11 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
         fresh=args.fresh,
         console_port=None if args.no_console else (5232 if args.console_port is None else args.console_port),
         console_port_fallback=args.console_port is None,
+        console_factory=serve_stack,
     )
 
 
 def _up_foreground(args: argparse.Namespace) -> int:
-    from loom.cli import console
-    from loom.local.emulator import EmulatorError
-    from loom.local.package import PackageError
-    from loom.local.reload import SourceWatcher
-    from loom.local.snapshot import SnapshotError
-    from loom.local.stack import LocalStack, PortTaken
-
     relay = None
     if console.configure(args.log_level, sys.stdout) and not args.log_file:
         relay = console.ConsoleRelay(sys.stdout).start()
@@ -570,8 +569,6 @@ def cmd_time_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from loom.local.demo import Demo, DemoOptions
-
     options = DemoOptions(
         tick=args.tick,
         workers=args.workers,

@@ -10,8 +10,9 @@ from typing import Any
 from loom import stackfile
 from loom.cli.output import error
 from loom.client import ClientError
+from loom.console import app
 
-DEFAULT_PORT = 5232  # loom.console.app.DEFAULT_PORT, without importing the console for --help
+DEFAULT_PORT = app.DEFAULT_PORT
 
 DESCRIPTION = """\
 Serve the web console on 127.0.0.1 and print its URL (with a session token; open it in a browser).
@@ -51,8 +52,6 @@ def register(sub: Any) -> None:
 
 def build(args: argparse.Namespace) -> Any:
     """The console server for ``args``; ClientError says why there is none."""
-    from loom.console import app
-
     if args.port is not None and not 0 <= args.port <= 65535:
         raise ClientError(f"--port must be between 0 and 65535, not {args.port}")
     if args.url:

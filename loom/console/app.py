@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from chaos.target import Target as ChaosTarget
 from loom.client import ControlPlane, Target, resolve_target
 from loom.console.kit import Kit
 from loom.console.proxy import Proxy
@@ -34,8 +35,6 @@ def _lister(client: ControlPlane) -> Callable[[str, float], list[str]]:
 
 def for_stack(stack: Any, port: int = DEFAULT_PORT) -> ConsoleServer:
     """The console of a LocalStack running in this process (``loom up``)."""
-    from chaos.target import Target as ChaosTarget
-
     client = ControlPlane(
         Target(stack.api_url, signed=True, region=stack.options.region, credentials=stack.principal.credentials())
     )
@@ -44,10 +43,13 @@ def for_stack(stack: Any, port: int = DEFAULT_PORT) -> ConsoleServer:
     return ConsoleServer(Proxy(client), kit, port=port, mode="local")
 
 
+def serve_stack(stack: Any, port: int) -> ConsoleServer:
+    """The console of a stack in this process, started: the factory ``loom up`` hands the stack."""
+    return for_stack(stack, port).start()
+
+
 def for_stackfile(info: Mapping[str, Any], port: int = DEFAULT_PORT) -> ConsoleServer:
     """The running local stack, found in its stack.json (``loom console`` with no --url)."""
-    from chaos.target import Target as ChaosTarget
-
     client = ControlPlane(resolve_target(None, None))
     if info.get("emulator") == "aws" or not info.get("clock_offset_file"):
         return ConsoleServer(Proxy(client), None, port=port, mode="deployed")

@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos import SCENARIOS
+from chaos.runner import scenario
+from chaos.scenario import execute
 from loom.local import clock as offset_clock
 
 MAX_RUNS = 50  # kept in memory, newest last
@@ -106,9 +109,6 @@ class Kit:
     # ------------------------------------------------------------------ chaos
 
     def scenarios(self) -> dict[str, Any]:
-        from chaos import SCENARIOS
-        from chaos.runner import scenario
-
         target = self._target()
         rows = []
         for name in SCENARIOS:
@@ -125,9 +125,6 @@ class Kit:
         return found
 
     def run(self, name: str) -> dict[str, Any]:
-        from chaos import SCENARIOS
-        from chaos.runner import scenario
-
         if name not in SCENARIOS:
             raise KitError(404, "unknown_scenario", f"no chaos scenario {name!r}; known: {', '.join(SCENARIOS)}")
         if not self._chaos_busy.acquire(blocking=False):
@@ -140,8 +137,6 @@ class Kit:
         return record.to_dict()
 
     def _execute(self, sc: Any, record: ChaosRun) -> None:
-        from chaos.scenario import execute
-
         try:
             result = execute(sc, self._target())
             record.status, record.injected, record.observed = result.status, result.injected, result.observed

@@ -19,6 +19,7 @@ import json
 import mimetypes
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ class ConsoleServer:
     def _local(self, method: str, path: str, query: str, body: bytes) -> Any:
         kit = self.kit
         assert kit is not None
-        routes = {
+        routes: dict[tuple[str, str], Callable[[], Any]] = {
             ("GET", "/local/clock"): lambda: kit.clock(),
             ("POST", "/local/clock/advance"): lambda: kit.advance(_json(body)),
             ("GET", "/local/chaos"): lambda: kit.scenarios(),

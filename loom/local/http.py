@@ -130,7 +130,9 @@ class FunctionUrlServer:
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
-        self.host, self.port = self._server.server_address[:2]
+        bound, self.port = self._server.server_address[:2]
+        # An AF_INET server's address is a str; the stubs allow bytes for AF_UNIX ones.
+        self.host = bound.decode() if isinstance(bound, (bytes, bytearray)) else bound
         self._thread = threading.Thread(target=self._server.serve_forever, name="function-url", daemon=True)
 
     @property

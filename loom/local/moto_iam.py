@@ -86,11 +86,11 @@ def glob_match(pattern: str, value: str, *, fold_case: bool = False) -> bool:
     return re.fullmatch(regex, value, flags=re.DOTALL | (re.IGNORECASE if fold_case else 0)) is not None
 
 
-def _element_matches(self: Any, element: str, value: str) -> bool:
+def _element_matches(self: IAMPolicyStatement, statement_element: Any, value: str) -> bool:
     """moto's ``IAMPolicyStatement._check_element_matches`` with IAM's wildcards (actions case-insensitive)."""
-    patterns = self._statement[element]
+    patterns = self._statement[statement_element]
     patterns = patterns if isinstance(patterns, list) else [patterns]
-    fold = element in ("Action", "NotAction")
+    fold = statement_element in ("Action", "NotAction")
     return any(glob_match(str(p), value, fold_case=fold) for p in patterns)
 
 

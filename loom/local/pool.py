@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from loom.jsonvalue import loads_object
 from loom.local import private
 from loom.local.package import FunctionPackage
 
@@ -172,7 +173,7 @@ class Runtime:
                 return None
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+        return loads_object(line, "a message from the function process")
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
         hello = self.read_line(time.monotonic() + timeout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, BinaryIO, Literal, TextIO, overload
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -29,7 +29,15 @@ def _fd(path: Path, flags: int) -> int:
     return fd
 
 
-def open_append(path: Path, binary: bool = False) -> IO[Any]:
+@overload
+def open_append(path: Path, binary: Literal[False] = False) -> TextIO: ...
+
+
+@overload
+def open_append(path: Path, binary: Literal[True]) -> BinaryIO: ...
+
+
+def open_append(path: Path, binary: bool = False) -> TextIO | BinaryIO:
     """A log opened for appending, line-buffered when text; created owner-only."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = _fd(path, os.O_WRONLY | os.O_APPEND)

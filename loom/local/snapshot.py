@@ -54,9 +54,9 @@ def capture(dynamodb_lock: AbstractContextManager[Any] | threading.Lock) -> dict
                     tables[name] = [item.to_json()["Attributes"] for item in table.all_items()]
     queues: dict[str, list[dict[str, Any]]] = {}
     now_ms = time.time() * 1000
-    for regions in get_backend("sqs").values():
-        for backend in regions.values():
-            for name, queue in backend.queues.items():
+    for sqs_regions in get_backend("sqs").values():
+        for sqs in sqs_regions.values():
+            for name, queue in sqs.queues.items():
                 with queue._messages_lock:
                     messages = list(queue._messages)
                 queues[name] = [

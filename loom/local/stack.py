@@ -21,18 +21,19 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from engine.log import get_logger
 from loom import stackfile
+from loom.jsonvalue import as_object
 from loom.local import clock as offset_clock
 from loom.local import concurrency, private, procs, snapshot
 from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
@@ -65,6 +66,19 @@ DEFAULT_API_PORT = 5231
 REGION = "us-east-1"
 # How often the sweeper's schedule looks at the functions' clock file: `loom time advance` ticks at once.
 CLOCK_POLL_SECONDS = 0.25
+
+
+class Console(Protocol):
+    """What the stack needs of a web console it serves (loom.console.server.ConsoleServer)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+# Builds the console around a stack and starts it on a port (loom.console.app.serve_stack).
+ConsoleFactory = Callable[["LocalStack", int], Console]
 
 
 class PortTaken(RuntimeError):
@@ -139,9 +153,15 @@ class StackOptions:
     # rate (0 = off, the emulator's strict send order). Seeded, so a run can be replayed.
     sqs_standard_chaos: float = 0.0
     sqs_chaos_seed: int = 0
-    # The web console (loom/console) on 127.0.0.1 at this port (0: a free one); None: no console.
+    # The web console on 127.0.0.1 at this port (0: a free one); None: no console. The stack does
+    # not know the console (it sits above): whoever composes them (the CLI) passes console_factory.
     console_port: int | None = None
     console_port_fallback: bool = False  # the port is only a preference: when taken, any free one
+    console_factory: ConsoleFactory | None = None
+
+    def __post_init__(self) -> None:
+        if self.console_port is not None and self.console_factory is None:
+            raise ValueError("StackOptions.console_port needs a console_factory (loom.console.app.serve_stack)")
 
 
 class _EndpointSession:
@@ -171,7 +191,9 @@ class _EndpointSession:
         self.region_name = region
 
     def client(self, name: str, **kwargs: Any) -> Any:
-        return self._session.client(name, endpoint_url=self.endpoints.get(name, self.endpoint_url), **kwargs)
+        # boto3's stubs type client() per literal service name; this one takes the name at run time.
+        url = self.endpoints.get(name, self.endpoint_url)
+        return self._session.client(name, endpoint_url=url, **kwargs)  # type: ignore[call-overload]
 
 
 def _base_env() -> dict[str, str]:
@@ -204,7 +226,7 @@ class LocalStack:
         self.service_endpoints: dict[str, str] = {}  # service -> endpoint, where it is not endpoint_url
         self._esm: SqsEventSource | None = None
         self._http: FunctionUrlServer | None = None
-        self.console: Any = None  # loom.console.server.ConsoleServer when options.console_port is set
+        self.console: Console | None = None  # when options.console_port is set
         self._sweeper_thread: threading.Thread | None = None
         self._ttl_thread: threading.Thread | None = None
         self._reapers: list[Reaper] = []
@@ -269,10 +291,13 @@ class LocalStack:
         emulator_log = self._output or output_file(self.state_dir / "emulator.log")
         if opts.emulator == "embedded":
             state_file = self.state_file if opts.persist else None
-            self._emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log, state_file=state_file).start()
+            emulator: EmbeddedEmulator | LocalStackEmulator = EmbeddedEmulator(
+                opts.host, opts.port, log=emulator_log, state_file=state_file
+            ).start()
         else:
-            self._start_localstack(emulator_log)
-        self.endpoint_url = self._emulator.endpoint_url
+            emulator = self._start_localstack(emulator_log)
+        self._emulator = emulator
+        self.endpoint_url = emulator.endpoint_url
         self._session = _EndpointSession(self.endpoint_url, opts.region, self.service_endpoints, self.emulator_keys)
         self.refs = create_resources(self._session, parameters=dict(opts.parameters), template=self.template)
         self._assume_roles()
@@ -307,7 +332,7 @@ class LocalStack:
             worker_pids=self.worker_pids(),
         )
 
-    def _start_localstack(self, emulator_log: IO[Any]) -> None:
+    def _start_localstack(self, emulator_log: IO[Any]) -> LocalStackEmulator:
         opts = self.options
         localstack = LocalStackEmulator(
             opts.endpoint_url,
@@ -316,23 +341,23 @@ class LocalStack:
             services=template_services(self.template.resources),
             dynamodb=DynamoSource(opts.localstack_dynamodb),
         )
-        self._emulator = localstack.start()
+        started = localstack.start()
         self._log.info("localstack.started", **localstack.describe())
         if localstack.dynamodb is DynamoSource.EMBEDDED:
             self._dynamodb_emulator = EmbeddedEmulator(opts.host, opts.port, log=emulator_log).start()
             self.service_endpoints["dynamodb"] = self._dynamodb_emulator.endpoint_url
+        return started
 
     def _start_console(self) -> None:
-        if self.options.console_port is None or self.api_url is None:
+        serve = self.options.console_factory
+        if self.options.console_port is None or serve is None or self.api_url is None:
             return
-        from loom.console.app import for_stack  # only when asked: `loom up` stays fast without it
-
         try:
-            self.console = for_stack(self, self.options.console_port).start()
+            self.console = serve(self, self.options.console_port)
         except OSError as exc:
             if not (self.options.console_port_fallback and exc.errno in (errno.EADDRINUSE, errno.EACCES)):
                 raise
-            self.console = for_stack(self, 0).start()
+            self.console = serve(self, 0)
 
     def _saved_state(self) -> dict[str, Any] | None:
         """What a persistent start puts back (None: start empty, at real time)."""
@@ -520,7 +545,7 @@ class LocalStack:
         """The logical id of the queue an SQS event names (``!GetAtt Q.Arn``)."""
         target = event_props.get("Queue")
         if isinstance(target, dict) and "Fn::GetAtt" in target:
-            return target["Fn::GetAtt"][0]
+            return str(target["Fn::GetAtt"][0])
         arn = self.template.resolve(target, self.refs)
         for key, value in self.refs.items():
             if key.endswith(".Arn") and value == arn:
@@ -621,7 +646,7 @@ class LocalStack:
     def _start_ttl(self) -> None:
         """DynamoDB's TTL, which moto lacks (loom/ttl.py): on the functions' clock, once a minute
         and after every clock jump, so that `loom time advance 31d` shows retention at work."""
-        ddb = self._session.client("dynamodb")
+        ddb = self.client("dynamodb")
         self._reapers = [
             Reaper(ddb, name, ttl_attribute(ddb, name), self._function_clock)
             for name in (self.refs[lid] for lid in self.template.of_type("AWS::DynamoDB::Table"))
@@ -817,6 +842,8 @@ class LocalStack:
         The SOURCES the functions' package is built from (as the Makefile builds it for
         Lambda), every other PYTHONPATH entry the functions get, and ``extra``.
         """
+        if self.package is None:
+            raise EmulatorError("the stack is not started")
         dirs = [Path(name) if Path(name).is_absolute() else ROOT / name for name in self.package.sources]
         for env in self._envs.values():
             for entry in env.get("PYTHONPATH", "").split(os.pathsep):
@@ -885,7 +912,7 @@ class LocalStack:
         inv = self.pools[logical_id].invoke(scheduled_event(self._rule_arn(logical_id), self.options.region))
         if inv.outcome != "ok":
             raise FunctionFailed(inv)
-        return inv.result
+        return as_object(inv.result, "the sweeper's answer")
 
     def advance_time(self, seconds: float) -> float:
         """Move every function's clock forward; the new offset in seconds."""

@@ -12,13 +12,12 @@ from typing import Any
 
 from engine.adapters.dynamodb import DynamoStore
 from engine.ports import Store
+from loom.testing.moto_resources import moto_kept, template_resources
 from loom.ttl import reap
 
 
 def moto_store(resources: ExitStack, shards: int) -> Store:
     import boto3
-
-    from loom.testing.moto_resources import moto_kept, template_resources
 
     # moto needs credentials to sign with; these never leave the process.
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):

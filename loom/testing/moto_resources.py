@@ -20,11 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from moto import mock_aws
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.dynamodb.models import dynamodb_backends
-from moto.sqs.models import sqs_backends
-
 from loom.template import create_resources
 
 # The queue attributes a test may change with SetQueueAttributes; a change means a rebuild.
@@ -43,6 +38,10 @@ _QUEUE_SETTINGS = (
 def moto_kept() -> Iterator[None]:
     """moto's in-process mock, started without wiping what an earlier one left and stopped
     without deleting it: the resources survive from one use to the next, to be emptied."""
+    # moto is imported here, not at the top: it takes about 0.4 s, and an in-memory WorkflowTest
+    # (which imports loom.testing) never needs it.
+    from moto import mock_aws
+
     mock = mock_aws()
     mock.start(reset=False)
     try:
@@ -113,6 +112,10 @@ def _names(refs: dict[str, Any], existing: dict[str, Any]) -> list[str]:
 
 
 def _backends(region: str) -> tuple[Any, Any]:
+    from moto.core.models import DEFAULT_ACCOUNT_ID  # lazily, as in moto_kept
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.sqs.models import sqs_backends
+
     return dynamodb_backends[DEFAULT_ACCOUNT_ID][region], sqs_backends[DEFAULT_ACCOUNT_ID][region]
 
 

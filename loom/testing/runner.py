@@ -20,6 +20,7 @@ from engine.signals import Sent
 from engine.state import Execution, Status, StepRecord, StepStatus
 from engine.workflow import Phase, Registry, WorkflowSpec, default_registry
 from loom.testing.memory import InMemoryStore
+from loom.testing.moto_backend import earliest_wake, moto_store, reap_expired
 from loom.testing.queue import Queued, VirtualQueue
 
 DAY = 86_400.0
@@ -115,7 +116,6 @@ class WorkflowTest:
     def _make_store(self, backend: Backend) -> Store:
         if backend is Backend.MEMORY:
             return InMemoryStore(self.config.shards)
-        from loom.testing.moto_backend import moto_store
 
         return moto_store(self._resources, self.config.shards)
 
@@ -197,7 +197,6 @@ class WorkflowTest:
         if reap is not None:
             deleted: int = reap(self.clock.now())
             return deleted
-        from loom.testing.moto_backend import reap_expired
 
         return reap_expired(self.store, self.clock.now())
 
@@ -327,7 +326,6 @@ class WorkflowTest:
         if next_wake is not None:
             found: float | None = next_wake(skip_waits=skip_waits)
             return found
-        from loom.testing.moto_backend import earliest_wake
 
         return earliest_wake(self.store, self.config.shards, skip_waits=skip_waits)
 

@@ -94,7 +94,7 @@ class FakeDocker:
 
 
 def test_docker_kill_picks_the_container_a_step_ran_in_or_a_worker_lambda() -> None:
-    from chaos.faults import docker_kill_container
+    from chaos.containers import docker_kill_container
 
     ran = FakeContainer("3f2a9c1d7e4b" + "0" * 52, "localstack-main-lambda-loom-dev-worker-3f2a")
     other = FakeContainer("a1b2c3d4e5f6" + "0" * 52, "localstack-main-lambda-loom-dev-sweeper-a1b2")
@@ -107,13 +107,13 @@ def test_docker_kill_picks_the_container_a_step_ran_in_or_a_worker_lambda() -> N
 
 
 def test_a_stack_deployed_into_localstack_kills_through_docker_or_says_why_not(monkeypatch) -> None:
-    import loom.local.emulator as emulator
+    import chaos.target as target_module
 
     with mock_aws():
         deploy({})
-        monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+        monkeypatch.setattr(target_module, "docker_available", lambda: (False, "no Docker engine answers (test)"))
         without = Target.deployed("loom-dev", endpoint_url="http://localhost:4566")
-        monkeypatch.setattr(emulator, "docker_available", lambda: (True, "docker engine answers"))
+        monkeypatch.setattr(target_module, "docker_available", lambda: (True, "docker engine answers"))
         with_docker = Target.deployed("loom-dev", endpoint_url="http://localhost:4566")
     assert without.endpoint_url == "http://localhost:4566"
     assert "Lambda containers inside LocalStack: no Docker engine answers" in (without.why_not(KILL) or "")

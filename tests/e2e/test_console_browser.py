@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from engine.adapters.ledger import DynamoLedger
+from loom.console.app import serve_stack
 from loom.console.auth import TOKEN_HEADER
 from loom.local.client import LocalApi, call, ok
 from loom.local.sigv4 import new_principal
@@ -55,7 +56,12 @@ def chromium() -> str | None:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     # No scheduled sweeper: only the console's "advance" (which runs it once) can wake a sleeper here.
     opts = StackOptions(
-        port=0, api_port=0, state_dir=tmp_path_factory.mktemp("console-stack"), console_port=0, sweeper=False
+        port=0,
+        api_port=0,
+        state_dir=tmp_path_factory.mktemp("console-stack"),
+        console_port=0,
+        console_factory=serve_stack,
+        sweeper=False,
     )
     with LocalStack(opts) as running:
         yield running

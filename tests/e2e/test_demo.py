@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.local.demo import Demo, DemoOptions
+from loom.cli.demo import Demo, DemoOptions
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from engine import Engine, EngineConfig, FakeClock, process_batch
 from engine.adapters.dynamodb import DynamoStore
+from engine.batch import process_batch
+from engine.clock import FakeClock
+from engine.config import EngineConfig
 from engine.errors import TransientError
 from engine.messages import StepMessage
+from engine.runtime import Engine
 from engine.state import Execution, Status
 
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from engine import EngineConfig, Registry, Status, StepStatus
+from engine import Registry, Status
+from engine.config import EngineConfig
+from engine.state import StepStatus
 from tests.integration.engine_support import Recorder, add_workflow, build_rig
 
 pytestmark = pytest.mark.integration

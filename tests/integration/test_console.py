@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from loom.client import ControlPlane, Target
+from loom.console.app import serve_stack
 from loom.console.auth import TOKEN_HEADER
 from loom.console.kit import Kit
 from loom.console.proxy import Proxy
@@ -366,6 +367,7 @@ def test_loom_up_prints_the_console_url_and_passes_its_flags_on(monkeypatch: pyt
     parse = build_parser().parse_args
     default = local_cli._options(parse(["up"]))
     assert (default.console_port, default.console_port_fallback) == (5232, True)
+    assert default.console_factory is serve_stack  # the CLI composes: the stack does not import the console
     chosen = local_cli._options(parse(["up", "--console-port", "0"]))
     assert (chosen.console_port, chosen.console_port_fallback) == (0, False)
     assert local_cli._options(parse(["up", "--no-console"])).console_port is None

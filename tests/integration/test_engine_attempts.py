@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, RetryPolicy, Status, StepMessage, StepStatus, step
-from engine.messages import MessageKind
+from engine import Registry, RetryPolicy, Status, step
+from engine.messages import MessageKind, StepMessage
+from engine.state import StepStatus
 from tests.integration.engine_support import Recorder, Rig, add_workflow, build_rig, dead_letters
 
 pytestmark = pytest.mark.integration

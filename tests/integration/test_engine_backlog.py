@@ -12,9 +12,11 @@ import json
 
 import pytest
 
-from engine import Execution, Registry, Status, shard_of, sleep
+from engine import Registry, Status, sleep
+from engine.config import shard_of
 from engine.errors import TransientError
 from engine.messages import MessageKind
+from engine.state import Execution
 from tests.integration.engine_support import add_workflow
 
 pytestmark = pytest.mark.integration

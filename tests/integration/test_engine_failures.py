@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, Status, StepMessage, StepStatus, sleep, step
+from engine import NonRetryableError, Registry, RetryPolicy, Status, sleep, step
 from engine.errors import NotFailed
+from engine.messages import StepMessage
+from engine.state import StepStatus
 from tests.integration.engine_support import add_workflow, build_rig, dead_letters, sqs_record
 
 pytestmark = pytest.mark.integration
@@ -251,7 +253,7 @@ def test_a_transient_store_error_fails_only_that_message(rig, aws):
 
 
 def test_an_unexpected_engine_error_for_one_record_fails_only_that_record(rig, aws):
-    from engine import process_batch
+    from engine.batch import process_batch
 
     rig.engine.start("flaky2", {}, execution_id="fine")
     good = rig.driver.receive(1)[0]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, Registry, RetryPolicy, Status, StepStatus, sleep, step
+from engine import Registry, RetryPolicy, Status, sleep, step
+from engine.config import EngineConfig
 from engine.errors import AlreadyTerminal, ExecutionNotFound, InvalidInput
+from engine.state import StepStatus
 from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration

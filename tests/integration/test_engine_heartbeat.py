@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from engine import Heartbeat, Registry, process_batch
+from engine import Registry
+from engine.batch import Heartbeat, process_batch
 from tests.integration.engine_support import add_workflow, build_rig, sqs_record
 
 pytestmark = pytest.mark.integration

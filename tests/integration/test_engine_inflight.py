@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, Registry, StepMessage, step
+from engine import Registry, step
+from engine.config import EngineConfig
+from engine.messages import StepMessage
 from engine.state import Status
 from engine.workflow import build_spec
 

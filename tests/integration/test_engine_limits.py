@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Registry, RetryPolicy, Status, StepStatus, step
+from engine import Registry, RetryPolicy, Status, step
 from engine.error_report import one_line
 from engine.limits import DYNAMODB_ITEM_LIMIT, FULL_DETAIL_ATTEMPTS, utf8_len
+from engine.state import StepStatus
 from tests.integration.engine_support import add_workflow, dead_letters
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from engine import Registry, process_batch
+from engine import Registry
+from engine.batch import process_batch
 from engine.errors import TransientError
 from engine.limits import SQS_MESSAGE_LIMIT
 from tests.integration.engine_support import dead_letters

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Registry, RetryPolicy, Status, StepMessage, StepStatus, step
+from engine import Registry, RetryPolicy, Status, step
+from engine.messages import StepMessage
+from engine.state import StepStatus
 from tests.integration.engine_support import Crash, Recorder, add_workflow, build_rig
 
 pytestmark = pytest.mark.integration

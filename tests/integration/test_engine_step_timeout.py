@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine import FakeClock, Registry, RetryPolicy, StepMessage, process_batch, step
-from engine.messages import MessageKind
+from engine import Registry, RetryPolicy, step
+from engine.batch import process_batch
+from engine.clock import FakeClock
+from engine.messages import MessageKind, StepMessage
 from tests.integration.engine_support import Crash, add_workflow, sqs_record
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, Execution, Registry, Status, shard_of, sleep
+from engine import Registry, Status, sleep
+from engine.config import EngineConfig, shard_of
+from engine.state import Execution
 from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from engine import EngineConfig, NonRetryableError, Registry, RetryPolicy, Status, StepMessage, step
+from engine import NonRetryableError, Registry, RetryPolicy, Status, step
+from engine.config import EngineConfig
 from engine.log import configure
-from engine.messages import MessageKind
+from engine.messages import MessageKind, StepMessage
 from engine.state import AttemptOutcome
 from tests.integration.engine_support import (
     LostAnswers,

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, RetryPolicy, workflow
-from engine.fanout_spec import map
+from engine import Registry, RetryPolicy, map_items, workflow
 from functions import wiring
 from tests.integration.api_support import Functions
 from tests.integration.engine_support import build_rig
@@ -36,7 +35,7 @@ def sku_name(item: Any, index: int) -> str:
 
 def registry(namer: Any = sku_name) -> Registry:
     reg = Registry()
-    steps = [map(items=lines, run=price, name="prices", item_namer=namer, retry=QUICK, max_concurrency=2)]
+    steps = [map_items(items=lines, run=price, name="prices", item_namer=namer, retry=QUICK, max_concurrency=2)]
     workflow("named_lines", registry=reg)(type("NamedLines", (), {"steps": steps}))
     return reg
 

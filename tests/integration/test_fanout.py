@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, step
-from engine.fanout_spec import map, parallel
+from engine import NonRetryableError, Registry, RetryPolicy, map_items, parallel, step
 from engine.messages import MessageKind, StepMessage
 from engine.ports import FaultPoint
 from engine.state import StepStatus
@@ -62,22 +61,25 @@ def reg(lines: Lines) -> Registry:
     add_workflow(
         reg,
         "priced",
-        [map(items=lines_of, run=lines.price, name="price", max_concurrency=5, retry=QUICK), step(total)],
+        [map_items(items=lines_of, run=lines.price, name="price", max_concurrency=5, retry=QUICK), step(total)],
         retry=QUICK,
     )
     add_workflow(
         reg,
         "tolerant",
-        [map(items=lines_of, run=lines.price, name="price", max_concurrency=3, tolerated_failures=2), step(total)],
+        [
+            map_items(items=lines_of, run=lines.price, name="price", max_concurrency=3, tolerated_failures=2),
+            step(total),
+        ],
     )
-    fail_fast = map(
+    fail_fast = map_items(
         items=lines_of, run=lines.price, name="price", max_concurrency=3, tolerated_failures=2, on_failure="fail"
     )
     add_workflow(reg, "tolerant_fail", [fail_fast, step(total)])
     add_workflow(
         reg,
         "quorum",
-        [map(items=lines_of, run=lines.price, name="price", max_concurrency=2, min_successful=3), step(total)],
+        [map_items(items=lines_of, run=lines.price, name="price", max_concurrency=2, min_successful=3), step(total)],
     )
 
     def reserve(ctx: Any) -> dict[str, Any]:
@@ -91,7 +93,7 @@ def reg(lines: Lines) -> Registry:
 
     add_workflow(reg, "order", [parallel(reserve, authorize, name="prepare"), step(ship)])
     add_workflow(reg, "no_branches", [parallel(name="nothing"), step(authorize)])
-    add_workflow(reg, "unbounded", [map(items=lines_of, run=lines.price, name="price", max_concurrency=0)])
+    add_workflow(reg, "unbounded", [map_items(items=lines_of, run=lines.price, name="price", max_concurrency=0)])
     return reg
 
 
@@ -297,7 +299,7 @@ def big_reg() -> Registry:
         seen.append(got)
         return {"rows_read": len(got), "in_order": [r["line"] for r in got] == list(range(30))}
 
-    add_workflow(reg, "bulky", [map(items=lines_of, run=bulky, name="rows", max_concurrency=10), step(count)])
+    add_workflow(reg, "bulky", [map_items(items=lines_of, run=bulky, name="rows", max_concurrency=10), step(count)])
     reg.seen = seen  # type: ignore[attr-defined]
     return reg
 
@@ -365,7 +367,7 @@ def test_a_map_longer_than_the_lease_keeps_it_and_is_never_redriven(aws, make_en
         clock.advance(40)  # ten items of 40 s: far past two leases of 60 s
         return ctx.item
 
-    add_workflow(reg, "slow", [map(items=lines_of, run=slow, name="slow", max_concurrency=2)])
+    add_workflow(reg, "slow", [map_items(items=lines_of, run=slow, name="slow", max_concurrency=2)])
     rig = build_rig(aws, make_engine, clock, reg)
     rig.engine.start("slow", {"lines": list(range(10))}, execution_id="s1")
     for _ in range(60):
@@ -455,7 +457,7 @@ def test_a_map_item_in_a_long_backoff_runs_each_attempt_once(aws, make_engine, c
         return ctx.item
 
     slow_retry = RetryPolicy(max_attempts=3, base=300, jitter="none")
-    add_workflow(reg, "backoff", [map(items=lines_of, run=flaky, name="m", retry=slow_retry)])
+    add_workflow(reg, "backoff", [map_items(items=lines_of, run=flaky, name="m", retry=slow_retry)])
     rig = build_rig(aws, make_engine, clock, reg)
     rig.engine.start("backoff", {"lines": [7]}, execution_id="b2")
     redriven = through(rig, 300 + 4 * rig.engine.config.lease_seconds)

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, step
-from engine.fanout_spec import map, parallel
+from engine import NonRetryableError, Registry, RetryPolicy, map_items, parallel, step
 from engine.ports import FaultPoint
 from engine.state import StepStatus
 from tests.integration.engine_support import add_workflow, build_rig
@@ -60,17 +59,21 @@ def batch_rig(aws, make_engine, clock, world: World) -> Any:
     three = [branch, step(world.item, name="b1", retry=ONCE), step(world.item, name="b2", retry=ONCE)]
     add_workflow(reg, "quorum3", [parallel(*three, name="work", min_successful=3), step(world.report)])
     add_workflow(reg, "one_at_a_time", [parallel(*three, name="work", max_concurrency=1), step(world.report)])
-    tolerant = map(items=lambda ctx: list(range(20)), run=world.item, name="work", max_concurrency=3, retry=ONCE)
+    tolerant = map_items(items=lambda ctx: list(range(20)), run=world.item, name="work", max_concurrency=3, retry=ONCE)
     add_workflow(reg, "tolerant", [_with(tolerant, tolerated_failures=2), step(world.report)])
-    undoable = map(items=lambda ctx: list(range(4)), run=world.item, name="work", compensate=world.undo, retry=ONCE)
+    undoable = map_items(
+        items=lambda ctx: list(range(4)), run=world.item, name="work", compensate=world.undo, retry=ONCE
+    )
     add_workflow(reg, "insist", [undoable, step(world.insist, retry=ONCE)])
-    first = map(items=lambda ctx: [0, 1, 2], run=world.item, name="work", max_concurrency=1, min_successful=1)
+    first = map_items(items=lambda ctx: [0, 1, 2], run=world.item, name="work", max_concurrency=1, min_successful=1)
     add_workflow(reg, "first_of_three", [first, step(world.report)])
     return build_rig(aws, make_engine, clock, reg)
 
 
 def _with(spec: Any, **policy: Any) -> Any:
-    return map(items=spec.items, run=spec.branches[0], name=spec.name, max_concurrency=spec.max_concurrency, **policy)
+    return map_items(
+        items=spec.items, run=spec.branches[0], name=spec.name, max_concurrency=spec.max_concurrency, **policy
+    )
 
 
 def test_a_failed_branch_is_in_the_batch_and_the_next_step_runs(batch_rig, world):

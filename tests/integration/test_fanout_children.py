@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, RetryPolicy, sleep, step
+from engine import Registry, RetryPolicy, map_items, parallel, sleep, step
 from engine.fan_children import item_child_id
-from engine.fanout_spec import map, parallel
 from engine.workflow import child
 from tests.integration.engine_support import add_workflow
 
@@ -45,8 +44,10 @@ def reg() -> Registry:
     def lines(ctx: Any) -> Any:
         return ctx.data["lines"]
 
-    add_workflow(reg, "priced", [map(items=lines, run="price_one", name="prices", max_concurrency=2)], retry=QUICK)
-    add_workflow(reg, "slow", [map(items=lines, run="slow_one", name="prices", max_concurrency=2)], retry=QUICK)
+    add_workflow(
+        reg, "priced", [map_items(items=lines, run="price_one", name="prices", max_concurrency=2)], retry=QUICK
+    )
+    add_workflow(reg, "slow", [map_items(items=lines, run="slow_one", name="prices", max_concurrency=2)], retry=QUICK)
     return reg
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, StepStatus, step
-from engine.fanout_spec import map, parallel
+from engine import NonRetryableError, Registry, RetryPolicy, map_items, parallel, step
+from engine.state import StepStatus
 from tests.integration.engine_support import add_workflow, dead_letters
 
 pytestmark = pytest.mark.integration
@@ -73,7 +73,7 @@ def reg(shop: Shop) -> Registry:
     def lines(ctx: Any) -> Any:
         return ctx.data["lines"]
 
-    priced = map(items=lines, run=shop.do("hold"), name="hold", max_concurrency=2, compensate=shop.undo("hold"))
+    priced = map_items(items=lines, run=shop.do("hold"), name="hold", max_concurrency=2, compensate=shop.undo("hold"))
     add_workflow(reg, "held", [priced, step(shop.do("ship", fail=True), name="ship")], retry=QUICK)
 
     def fallback_down(ctx: Any, error: Any) -> Any:
@@ -94,7 +94,7 @@ def reg(shop: Shop) -> Registry:
             raise NonRetryableError("line 3 cannot be held")
         return shop.do("hold")(ctx)
 
-    caught_map = map(
+    caught_map = map_items(
         items=lines,
         run=hold_but_the_last,
         name="hold",

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, step
+from engine import NonRetryableError, Registry, RetryPolicy, map_items, step
 from engine.fan_children import item_child_id
-from engine.fanout_spec import map
 from engine.workflow import wait_for_callback, wait_for_signal
 from tests.integration.engine_support import add_workflow
 
@@ -57,8 +56,10 @@ def waits_rig(aws, make_engine, clock, approvers: Approvers) -> Any:
     def lines(ctx: Any) -> Any:
         return ctx.data["lines"]
 
-    add_workflow(reg, "approvals", [map(items=lines, run="approve_line", name="lines", max_concurrency=0)], retry=ONCE)
-    add_workflow(reg, "counts", [map(items=lines, run="count_line", name="lines", max_concurrency=2)], retry=ONCE)
+    add_workflow(
+        reg, "approvals", [map_items(items=lines, run="approve_line", name="lines", max_concurrency=0)], retry=ONCE
+    )
+    add_workflow(reg, "counts", [map_items(items=lines, run="count_line", name="lines", max_concurrency=2)], retry=ONCE)
     return build_rig(aws, make_engine, clock, reg)
 
 

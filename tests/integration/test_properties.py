@@ -39,28 +39,19 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from engine import (
-    Engine,
-    EngineConfig,
-    FakeClock,
-    NonRetryableError,
-    Registry,
-    RetryPolicy,
-    Status,
-    StepStatus,
-    process_batch,
-    sleep,
-    step,
-)
+from engine import NonRetryableError, Registry, RetryPolicy, Status, map_items, sleep, step
 from engine.adapters.dynamodb import PARKED_KEY, DynamoStore
+from engine.batch import process_batch
 from engine.batch_result import key as batch_key
+from engine.clock import FakeClock
+from engine.config import EngineConfig
 from engine.errors import AlreadyTerminal, CompensationNotDeployed, LoomError
 from engine.fan_results import in_order
 from engine.fanout_spec import FanoutSpec
-from engine.fanout_spec import map as fan_map
 from engine.messages import MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
-from engine.state import AttemptOutcome
+from engine.runtime import Engine
+from engine.state import AttemptOutcome, StepStatus
 from engine.sweeper import backlog_patience, may_be_parked
 from engine.workflow import (
     CallbackHandleSpec,
@@ -297,7 +288,7 @@ def composite(*, refuse: bool) -> list[Any]:
 
     ``refuse``: f and its catch both fail for good, so n and then each committed item are undone;
     otherwise f fails ``fails["f"]`` attempts (3: for good, its catch goes on)."""
-    items = fan_map(
+    items = map_items(
         items=lambda ctx: list(range(FAN_ITEMS)), run=fan_item, compensate=fan_undo, name="lines", max_concurrency=2
     )
     return [
@@ -348,7 +339,7 @@ def registry() -> Registry:
     # "fan_strict" fails at its fan-out instead (on_failure="fail"). Both name their items (the
     # composite's are not named): every record written under any fault carries its name.
     for name, on_failure in (("fan", "batch"), ("fan_strict", "fail")):
-        items = fan_map(
+        items = map_items(
             items=lambda ctx: list(range(FAN_ITEMS)),
             run=fan_item,
             name="fan",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from engine import EngineConfig, Registry, Status, step
+from engine import Registry, Status, map_items, step
+from engine.config import EngineConfig
 from engine.errors import ExecutionNotFound, NonRetryableError
-from engine.fanout_spec import map
 from engine.retention import stamp
 from engine.sweeper import SweepAction, sweep_one
 from engine.workflow import wait_for_signal
@@ -35,7 +35,7 @@ def reg() -> Registry:
         [
             step(lambda ctx: {"n": len(ctx.data["items"])}, name="count"),
             wait_for_signal("go"),
-            map(items=_items, run=lambda ctx: {"x": ctx.item}, name="double", max_concurrency=2),
+            map_items(items=_items, run=lambda ctx: {"x": ctx.item}, name="double", max_concurrency=2),
             step(lambda ctx: {"done": True}, name="close"),
         ],
     )

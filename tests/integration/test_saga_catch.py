@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, StepStatus, step
+from engine import NonRetryableError, Registry, RetryPolicy, step
 from engine.ports import FaultPoint
+from engine.state import StepStatus
 from engine.workflow import Phase
 from tests.integration.engine_support import add_workflow, dead_letters
 
@@ -140,7 +141,7 @@ def test_a_crash_in_the_handler_is_recovered_by_the_lease(rig, calls, point):
 
 
 def test_duplicate_deliveries_of_the_handler_commit_once(rig, calls):
-    from engine import StepMessage
+    from engine.messages import StepMessage
 
     rig.engine.start("caught", {}, execution_id="k6")
     rig.driver.deliver(rig.driver.receive(1))  # charge fails for good: the handler's message is queued

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, StepMessage, StepStatus, step
+from engine import NonRetryableError, Registry, RetryPolicy, step
 from engine.errors import AlreadyTerminal, WorkflowDefinitionError
-from engine.messages import MessageKind
+from engine.messages import MessageKind, StepMessage
 from engine.ports import FaultPoint
+from engine.state import StepStatus
 from engine.workflow import Phase
 from tests.integration.engine_support import add_workflow, build_rig, dead_letters
 

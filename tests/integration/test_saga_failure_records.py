@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, Status, StepStatus, step
+from engine import NonRetryableError, Registry, RetryPolicy, Status, step
 from engine.errors import PayloadTooLarge
-from engine.state import Attempt, Execution
+from engine.state import Attempt, Execution, StepStatus
 from tests.integration.engine_support import add_workflow, dead_letters
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, Registry, RetryPolicy, step, workflow
+from engine import Registry, RetryPolicy, step, workflow
+from engine.config import EngineConfig
 from engine.errors import ExecutionNotFound
 from loom.testing import WorkflowTest
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, StepStatus
+from engine import NonRetryableError, Registry, RetryPolicy
 from engine.children import child_id, notify_parent
 from engine.errors import AlreadyTerminal, WaitEnded
 from engine.ports import FaultPoint
+from engine.state import StepStatus
 from engine.workflow import NOT_YET, StepContext, build_spec, child, wait_for_callback, wait_for_signal, wait_until
 from loom.testing import WorkflowTest
 from tests.integration.waits_support import Inbox, Runs

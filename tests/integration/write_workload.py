@@ -25,9 +25,8 @@ from typing import Any
 
 import chaos.workflows  # noqa: F401  (registers the chaos workflows in default_registry)
 import workflows  # noqa: F401  (registers the examples in default_registry)
-from engine import NonRetryableError, Registry, RetryPolicy, StepContext, default_registry, step
+from engine import NonRetryableError, Registry, RetryPolicy, StepContext, map_items, parallel, step
 from engine.adapters.ledger import DynamoLedger
-from engine.fanout_spec import map, parallel
 from engine.lifecycle import child_id
 from engine.state import Execution, ScheduleCursor
 from engine.workflow import (
@@ -36,6 +35,7 @@ from engine.workflow import (
     build_spec,
     child,
     create_callback,
+    default_registry,
     exponential,
     not_yet,
     sleep,
@@ -190,7 +190,7 @@ def registry(world: World) -> Registry:
         build_spec(
             "items",
             [
-                map(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", tolerated_failures=1),
+                map_items(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", tolerated_failures=1),
                 world.lands("z"),
             ],
             QUICK,
@@ -199,20 +199,20 @@ def registry(world: World) -> Registry:
         build_spec(
             "declined",
             [
-                map(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", max_concurrency=1),
+                map_items(items=lambda ctx: [0, 1, 2, 3], run=world.flaky_item, name="items", max_concurrency=1),
                 world.lands("z"),
             ],
             QUICK,
         ),
         build_spec(
             "slow_map",
-            [map(items=lambda ctx: [0, 1, 2, 3], run=world.slow_item, name="slow", max_concurrency=1)],
+            [map_items(items=lambda ctx: [0, 1, 2, 3], run=world.slow_item, name="slow", max_concurrency=1)],
             QUICK,
         ),
         build_spec(
             "undo_items",
             [
-                map(
+                map_items(
                     items=lambda ctx: [0, 1, 2],
                     run=step(world.lands("line"), compensate=world.first_run_fails("unline"), compensate_retry=QUICK),
                     name="lines",
@@ -224,7 +224,7 @@ def registry(world: World) -> Registry:
         build_spec(
             "held_map",
             [
-                map(
+                map_items(
                     items=lambda ctx: [0, 1, 2],
                     run=step(world.lands("line"), compensate=world.lands("unline")),
                     name="lines",
@@ -233,7 +233,7 @@ def registry(world: World) -> Registry:
             ],
             QUICK,
         ),
-        build_spec("kid_items", [map(items=lambda ctx: [0, 1], run=child("warehouse_pick"), name="kids")], QUICK),
+        build_spec("kid_items", [map_items(items=lambda ctx: [0, 1], run=child("warehouse_pick"), name="kids")], QUICK),
         build_spec("waiting_kid", [wait_for_signal("go"), world.lands("kid_after")]),
         build_spec("family", [child("waiting_kid"), world.lands("after")], QUICK),
         build_spec("sagalet", [step(world.lands("hold"), compensate=world.lands("unhold")), wait_for_signal("go")]),
@@ -279,7 +279,7 @@ def registry(world: World) -> Registry:
         build_spec("par", [parallel(world.lands("x"), world.lands("y"), name="both"), world.lands("z")], QUICK),
         build_spec(
             "one_by_one",
-            [map(items=lambda ctx: [0, 1, 2], run=world.lands("i"), name="each", max_concurrency=1)],
+            [map_items(items=lambda ctx: [0, 1, 2], run=world.lands("i"), name="each", max_concurrency=1)],
             QUICK,
         ),
     ]

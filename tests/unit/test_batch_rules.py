@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine import map_items, parallel
 from engine.batch_result import MAX_ERRORS, BatchResult, ItemError, brief_error, key, read
 from engine.errors import FanoutFailed, WorkflowDefinitionError
 from engine.fan_results import summary
-from engine.fanout_spec import map, parallel
 from engine.join import (
     CompletionPolicy,
     CompletionReason,
@@ -72,7 +72,7 @@ def test_a_recovery_never_resends_a_declined_item_or_what_its_slot_would_have_ru
 
 
 def test_the_summary_keeps_the_first_errors_and_says_when_it_cut_the_rest() -> None:
-    st = map(items=lambda ctx: [], run=lambda ctx: None, name="work")
+    st = map_items(items=lambda ctx: [], run=lambda ctx: None, name="work")
     failed = [
         StepRecord("e", i, "work", StepStatus.FAILED, error={"type": "E", "message": "x" * 500}) for i in range(30)
     ]
@@ -100,5 +100,5 @@ def test_on_failure_is_checked_at_the_definition() -> None:
     with pytest.raises(WorkflowDefinitionError, match="on_failure must be 'batch' or 'fail', not 'ignore'"):
         parallel(lambda ctx: None, on_failure="ignore")
     with pytest.raises(WorkflowDefinitionError, match="on_failure must be"):
-        map(items=lambda ctx: [], run=lambda ctx: None, on_failure=None)  # type: ignore[arg-type]
+        map_items(items=lambda ctx: [], run=lambda ctx: None, on_failure=None)  # type: ignore[arg-type]
     assert parallel(lambda ctx: None).on_failure is OnFailure.BATCH, "the reference's default"

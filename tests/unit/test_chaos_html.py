@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from chaos import html_report
+from chaos.cli import _html_ok
 from chaos.scenario import FAIL, SKIP, Result
-from loom.cli.chaos import _html_ok
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import runner as chaos_runner
-from loom.cli import chaos as chaos_cli
+from chaos import cli as chaos_cli
 from loom.cli import local as local_cli
 
 pytestmark = pytest.mark.unit
@@ -96,7 +95,7 @@ def test_up_refuses_a_schedule_eventbridge_rejects_with_a_clear_error(
 
 def test_chaos_all_only_runs_the_named_scenarios_in_the_tables_order(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
-    monkeypatch.setattr(chaos_runner, "run_all", lambda names, **kw: ran.append(names) or [])
+    monkeypatch.setattr(chaos_cli, "run_all", lambda names, **kw: ran.append(names) or [])
     args = parse("chaos", "all", "--only", "poison_step,duplicate_delivery")
     assert chaos_cli.run(args) == 0
     assert ran == [["duplicate_delivery", "poison_step"]]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from engine import EngineConfig, Execution, Status, StepMessage, StepRecord, StepStatus, step
+from engine import Status, step
 from engine import transitions as tr
 from engine.compensation import is_compensation, ordered_history, record_name
-from engine.messages import MessageKind
-from engine.state import Attempt, AttemptOutcome
+from engine.config import EngineConfig
+from engine.messages import MessageKind, StepMessage
+from engine.state import Attempt, AttemptOutcome, Execution, StepRecord, StepStatus
 from engine.verdicts import CompensationVerdict, MessageVerdict, check_compensation, check_message
 from engine.workflow import Phase, StepContext, build_spec
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, default_registry, sleep, workflow
+from engine import Registry, sleep, workflow
 from engine.errors import AlreadyTerminal, DefinitionChanged, InvalidInput, NotBlocked, WorkflowDefinitionError
 from engine.messages import MessageKind, StepMessage
 from engine.outcome import OutcomeStatus
 from engine.state import Attempt, AttemptOutcome, Status
-from engine.workflow import child, wait_for_signal
+from engine.workflow import child, default_registry, wait_for_signal
 from loom.testing import WorkflowTest
 from workflows import versioned
 

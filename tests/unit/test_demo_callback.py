@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-import engine.adapters.ledger as ledger_module
-from loom.local import demo as demo_module
+from loom.cli import demo as demo_module
+from loom.cli.demo import Demo, DemoOptions
 from loom.local.client import ApiError
-from loom.local.demo import Demo, DemoOptions
 
 INBOX = {
     "p1:1.1": {"kind": "payment_request", "amount": 12, "callback_token": "old-token"},
@@ -47,7 +46,7 @@ def posted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             raise ApiError(409, {"error": {"code": "wait_ended"}})
         return {"step": 1, "attempt": 2}
 
-    monkeypatch.setattr(ledger_module, "DynamoLedger", FakeLedger)
+    monkeypatch.setattr(demo_module, "DynamoLedger", FakeLedger)
     monkeypatch.setattr(demo_module, "ok", fake_ok)
     return calls
 

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from engine import progress
+from engine import map_items, parallel, progress
 from engine.errors import InvalidInput
 from engine.fan_view import open_status, page_bounds, unrecorded
-from engine.fanout_spec import map, parallel
 from engine.join import JoinRecord, JoinVerdict
 from engine.retry import RetryPolicy
 from engine.state import Execution, Status, StepRecord, StepStatus
@@ -85,7 +84,11 @@ def test_a_parallel_step_shows_its_branches_window_policy_and_compensations() ->
 def test_a_map_shows_its_items_run_policy_and_catch() -> None:
     spec = build_spec(
         "prices",
-        [map(items=lines, run=price, name="prices", max_concurrency=5, tolerated_failure_percentage=10, catch=handler)],
+        [
+            map_items(
+                items=lines, run=price, name="prices", max_concurrency=5, tolerated_failure_percentage=10, catch=handler
+            )
+        ],
     )
     fan = spec.describe()["steps"][0]
     assert (fan["kind"], fan["items"], fan["max_concurrency"], fan["catch"]) == ("map", "lines", 5, "handler")
@@ -93,7 +96,7 @@ def test_a_map_shows_its_items_run_policy_and_catch() -> None:
     assert [(b["name"], b["kind"]) for b in fan["branches"]] == [("price", "step")]
     assert fan["retry"] == fan["branches"][0]["retry"], "the item runs under the workflow's policy here"
     assert "compensate" not in fan, "nothing to undo"
-    every = build_spec("w", [map(items=lines, run="child_flow")]).describe()["steps"][0]
+    every = build_spec("w", [map_items(items=lines, run="child_flow")]).describe()["steps"][0]
     assert every["completion"]["all"] is True
     assert every["branches"][0]["kind"] == "child" and every["branches"][0]["workflow"] == "child_flow"
 
@@ -125,7 +128,7 @@ def _ex(status: Status, step_at: int = 0) -> Execution:
 
 
 def test_which_fanout_gets_a_row_of_its_own_and_its_status() -> None:
-    spec = build_spec("prices", [map(items=lines, run=price, name="prices"), price])
+    spec = build_spec("prices", [map_items(items=lines, run=price, name="prices"), price])
     done = StepRecord("e1", 0, "prices", StepStatus.COMPLETED, started_at=100.0, finished_at=101.0)
     assert unrecorded(_ex(Status.RUNNING), [], spec) == (0, "prices", "map")
     assert unrecorded(_ex(Status.RUNNING), [done], spec) is None, "a joined map has its record"

@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, RetryPolicy, workflow
+from engine import Registry, RetryPolicy, map_items, workflow
 from engine.errors import InvalidFanoutItems, WorkflowDefinitionError
 from engine.fan_items import ITEM_NAME_RE, check_item_names, item_label
 from engine.fan_view import page
-from engine.fanout_spec import map
 from functions import views
 from loom.testing import WorkflowTest
 
@@ -35,7 +34,7 @@ def by_sku(item: Any, index: int) -> str:
 
 
 def spec_of(namer: Any) -> Any:
-    return map(items=lines, run=price, name="prices", item_namer=namer)
+    return map_items(items=lines, run=price, name="prices", item_namer=namer)
 
 
 @pytest.mark.parametrize("name", ["sku-1", "a", "order 17: tea", "x" * 64, "s3://bucket/key#2", "user@host", "a+b=c"])
@@ -76,7 +75,7 @@ def _registry(namer: Any = by_sku) -> Registry:
     reg = Registry()
     policy = RetryPolicy(max_attempts=2, base=1)
     workflow("named", registry=reg)(
-        type("Named", (), {"steps": [map(items=lines, run=price, name="prices", item_namer=namer, retry=policy)]})
+        type("Named", (), {"steps": [map_items(items=lines, run=price, name="prices", item_namer=namer, retry=policy)]})
     )
     return reg
 

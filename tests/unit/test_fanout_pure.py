@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine import map_items, parallel
 from engine.errors import MalformedMessage, WorkflowDefinitionError
-from engine.fanout_spec import FanKind, map, parallel
+from engine.fanout_spec import FanKind
 from engine.join import (
     MAX_ITEMS,
     MAX_SHARDS,
@@ -86,18 +87,18 @@ def noop(ctx):
         lambda: parallel(noop, min_successful=2),
         lambda: parallel(min_successful=1),
         lambda: parallel(noop, max_concurrency=-1),
-        lambda: map(items=lambda c: [], run=noop, max_concurrency=-1),
-        lambda: map(items=lambda c: [], run=noop, max_concurrency=2.5),
+        lambda: map_items(items=lambda c: [], run=noop, max_concurrency=-1),
+        lambda: map_items(items=lambda c: [], run=noop, max_concurrency=2.5),
         lambda: parallel(sleep(seconds=1)),
         lambda: parallel(wait_for_signal("go")),
         lambda: parallel(parallel(noop)),
         lambda: parallel(42),
-        lambda: map(items=[1, 2], run=noop),
-        lambda: map(items=lambda c: [], run=noop, tolerated_failures=-1),
-        lambda: map(items=lambda c: [], run=noop, tolerated_failure_percentage=101),
-        lambda: map(items=lambda c: [], run=noop, min_successful=0),
-        lambda: map(items=lambda c: [], run=noop, name="no spaces"),
-        lambda: map(items=lambda c: [], run=noop, compensate=3),
+        lambda: map_items(items=[1, 2], run=noop),
+        lambda: map_items(items=lambda c: [], run=noop, tolerated_failures=-1),
+        lambda: map_items(items=lambda c: [], run=noop, tolerated_failure_percentage=101),
+        lambda: map_items(items=lambda c: [], run=noop, min_successful=0),
+        lambda: map_items(items=lambda c: [], run=noop, name="no spaces"),
+        lambda: map_items(items=lambda c: [], run=noop, compensate=3),
     ],
 )
 def test_bad_definitions_are_refused(build):
@@ -115,7 +116,7 @@ def test_bad_definitions_are_refused(build):
 )
 def test_item_options_the_runner_would_ignore_are_refused(option, said):
     item = step(noop, name="item", **option)
-    for build in (lambda: parallel(item, noop), lambda: map(items=lambda c: [], run=item)):
+    for build in (lambda: parallel(item, noop), lambda: map_items(items=lambda c: [], run=item)):
         with pytest.raises(WorkflowDefinitionError, match=said):
             build()
 
@@ -128,8 +129,8 @@ def test_no_window_and_no_branches_are_the_references_not_errors():
     empty = parallel(name="nothing")
     assert empty.branches == () and empty.max_concurrency == 1 and empty.compensate is None
     for window in (0, None):
-        assert map(items=lambda c: [], run=noop, max_concurrency=window).max_concurrency == MAX_ITEMS
-    assert map(items=lambda c: [], run=noop).max_concurrency == 10, "Loom's default window stays 10"
+        assert map_items(items=lambda c: [], run=noop, max_concurrency=window).max_concurrency == MAX_ITEMS
+    assert map_items(items=lambda c: [], run=noop).max_concurrency == 10, "Loom's default window stays 10"
 
 
 def test_specs_keep_their_items_policy_and_kind():
@@ -137,7 +138,7 @@ def test_specs_keep_their_items_policy_and_kind():
     spec = parallel(quick, noop, name="both")
     assert spec.kind is FanKind.PARALLEL and spec.max_concurrency == 2
     assert spec.item_spec(0).name == "quick" and spec.item_spec(1).name == "noop"
-    m = map(items=lambda c: [], run=noop, max_concurrency=50, min_successful=2, compensate=noop)
+    m = map_items(items=lambda c: [], run=noop, max_concurrency=50, min_successful=2, compensate=noop)
     assert m.kind is FanKind.MAP and m.policy.min_successful == 2 and m.compensates_items
 
 

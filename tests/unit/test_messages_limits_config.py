@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine import EngineConfig, StepMessage, shard_of
+from engine.config import EngineConfig, shard_of
 from engine.error_report import error_info
 from engine.errors import InvalidExecutionId, InvalidInput, MalformedMessage, PayloadTooLarge
 from engine.limits import (
@@ -22,6 +22,7 @@ from engine.limits import (
     meta_item_size,
     utf8_len,
 )
+from engine.messages import StepMessage
 from engine.state import Attempt, canonical_json
 
 pytestmark = pytest.mark.unit
@@ -97,7 +98,7 @@ def test_message_limit():
 def test_shard_of_is_stable_across_processes_and_in_range():
     ids = [f"exec-{i}" for i in range(200)]
     here = [shard_of(i, 16) for i in ids]
-    code = f"from engine import shard_of; print([shard_of(i, 16) for i in {ids!r}])"
+    code = f"from engine.config import shard_of; print([shard_of(i, 16) for i in {ids!r}])"
     there = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123"}
     ).stdout

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from engine import NonRetryableError, RetryDecision, RetryPolicy
+from engine import NonRetryableError, RetryPolicy
 from engine.errors import WorkerLost, WorkflowDefinitionError
-from engine.retry import backoff, decide
+from engine.retry import RetryDecision, backoff, decide
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import NonRetryableError, Registry, RetryPolicy, step, workflow
-from engine.fanout_spec import map, parallel
+from engine import NonRetryableError, Registry, RetryPolicy, map_items, parallel, step, workflow
 from engine.state import StepStatus
 from loom.testing import WorkflowTest
 
@@ -32,7 +31,7 @@ def _registry(runs: list[int]) -> Registry:
     def branch(ctx: Any) -> Any:
         raise NonRetryableError("no stock")
 
-    lines = map(items=lambda ctx: ctx.data["lines"], run=price, name="prices", max_concurrency=1, retry=ONCE)
+    lines = map_items(items=lambda ctx: ctx.data["lines"], run=price, name="prices", max_concurrency=1, retry=ONCE)
 
     @workflow("batch_report", registry=reg)
     class Report:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Registry, step, workflow
-from engine.fanout_spec import map, parallel
+from engine import Registry, map_items, parallel, step, workflow
 from loom.testing import WorkflowTest
 
 
@@ -30,7 +29,7 @@ def _registry(seen: list[int]) -> Registry:
 
     @workflow("fan_wide", registry=reg)
     class Wide:
-        steps = [map(items=lines, run=price, name="prices", max_concurrency=0)]
+        steps = [map_items(items=lines, run=price, name="prices", max_concurrency=0)]
 
     return reg
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, Registry, step, workflow
+from engine import Registry, step, workflow
+from engine.config import EngineConfig
 from engine.errors import ExecutionNotFound
 from engine.workflow import wait_for_signal
 from loom.testing import WorkflowTest

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, RetryPolicy, step, workflow
+from engine import NonRetryableError, Registry, RetryPolicy, parallel, step, workflow
 from engine.errors import WaitEnded
-from engine.fanout_spec import parallel
 from engine.ports import FaultPoint
 from engine.workflow import wait_for_callback
 from loom.testing import WorkflowTest

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
-from engine import NonRetryableError, Registry, step, workflow
+from engine import NonRetryableError, Registry, map_items, step, workflow
+from engine import parallel as fan_parallel
 from engine.errors import InvalidInput
 from engine.fan_view import page
-from engine.fanout_spec import map as fan_map
-from engine.fanout_spec import parallel as fan_parallel
 from engine.serde import JsonSerializer
 from loom.testing import WorkflowTest, run_workflow
 from workflows.typed import Line, Order, Quote, Tier
@@ -183,7 +182,7 @@ def test_typed_map_items_and_branches_are_stored_as_json_and_read_back_typed():
         return {"seats": [h.seats for h in ctx.get("holds", list[Hold])], "branch": ctx.get("typed_item", Hold).id}
 
     steps = [
-        fan_map(items=lambda ctx: [1, 2], run=typed_item, name="holds"),
+        map_items(items=lambda ctx: [1, 2], run=typed_item, name="holds"),
         fan_parallel(step(typed_item), name="one"),
         step(holds),
     ]
@@ -201,7 +200,7 @@ def test_typed_map_items_and_branches_are_stored_as_json_and_read_back_typed():
 
 def test_an_item_result_no_serializer_dumps_is_refused_naming_its_type():
     reg = Registry()
-    steps = [fan_map(items=lambda ctx: [1], run=lambda ctx: object(), name="holds")]
+    steps = [map_items(items=lambda ctx: [1], run=lambda ctx: object(), name="holds")]
     workflow("untyped_items", registry=reg)(type("UntypedItems", (), {"steps": steps}))
     with WorkflowTest(reg) as t:
         eid = t.start("untyped_items")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine import EngineConfig, Execution, Status, StepMessage, sleep
+from engine import Status, sleep
 from engine import transitions as tr
+from engine.config import EngineConfig
+from engine.messages import StepMessage
+from engine.state import Execution
 from engine.verdicts import run_is_covered
 from engine.workflow import build_spec
 

@@ -4,7 +4,7 @@ order_fulfillment (with its one-hour sleep, woken through time travel),
 payment_retry (fails twice, then succeeds), poison_pill (fails into the DLQ),
 payment_webhook (WAITING on a callback, completed from outside through the API).
 Progress is printed as it happens, each execution's history as a table, then
-the chaos table when the chaos kit is installed. The exit status is non-zero
+the chaos table. The exit status is non-zero
 when any workflow ends in the wrong state.
 """
 
@@ -16,11 +16,13 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from chaos.report import render_table
+from chaos.runner import run_all
+from engine.adapters.ledger import DynamoLedger
 from engine.log import configure
 from loom.cli.output import table
 from loom.local import private
@@ -216,8 +218,6 @@ class Demo:
 
     def answer_callback(self, stack: LocalStack, workflow: str, ex: dict[str, Any]) -> bool:
         """Play the payment provider: read the token from its inbox, then POST the callback."""
-        from engine.adapters.ledger import DynamoLedger
-
         inbox = DynamoLedger(stack.client("dynamodb"), stack.refs["Table"]).effects(ex["id"])
         # The request of the attempt the execution waits on: under load a submit whose lease
         # lapsed is retried with a new token, and the older request's token answers 409.
@@ -322,40 +322,26 @@ class Demo:
     # ------------------------------------------------------------------ chaos
 
     def chaos(self) -> bool:
-        """The chaos table: ``chaos.runner.run_all`` on a stack of its own, when the kit is installed.
+        """The chaos table: ``chaos.runner.run_all`` on a stack of its own.
 
         The kit starts its own stack because its faults need settings the demo's stack
         does not have (the crash hook, a throttling proxy, its own workflows).
         """
-        kit = load_chaos_kit()
-        if kit is None:
-            self.say("chaos kit not installed (chaos.runner.run_all); skipping the chaos table")
-            return True
-        run_all, render_table = kit
         self.say("running the chaos scenarios: each injects one failure and checks the invariants...")
         results = run_all(out=self.out)
         self.out.write("\nChaos\n" + render_table(results) + "\n")
         return all(r.passed for r in results)
 
 
-def load_chaos_kit() -> tuple[Callable[..., Any], Callable[[Any], str]] | None:
-    """``(chaos.runner.run_all, chaos.report.render_table)`` when the chaos kit provides them."""
-    try:
-        from chaos.report import render_table
-        from chaos.runner import run_all
-    except ImportError:
-        return None
-    return run_all, render_table
-
-
 def _error_text(error: Any) -> str | None:
     if error is None:
         return None
     if isinstance(error, str):
+        text: str = error
         try:
-            error = json.loads(error)
+            error = json.loads(text)
         except ValueError:
-            return error
+            return text
     if isinstance(error, dict):
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
     return str(error)

@@ -1,20 +1,27 @@
-"""``loom chaos``: run a failure scenario, all of them, or a seeded soak; table, JSON, JUnit."""
+"""``loom chaos`` and ``python -m chaos.<name>``: run a failure scenario, all of them, or a seeded soak;
+table, JSON, JUnit.
+
+The chaos kit owns its arguments; the ``loom`` command line only registers them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos import SCENARIOS
+from chaos import SCENARIOS, html_report, report
+from chaos.runner import open_target, run_all, scenario
+from chaos.soak import make_plan, run_soak
 
 EMULATORS = ("embedded", "localstack", "aws")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "chaos",
         help="inject failures and check the invariants",
@@ -79,11 +86,7 @@ def _names(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from chaos import report
-
     if args.scenario == "list":
-        from chaos.runner import scenario
-
         for name in SCENARIOS:
             sc = scenario(name)
             print(f"{name:24} {sc.fault}")
@@ -91,7 +94,6 @@ def run(args: argparse.Namespace) -> int:
     progress = sys.stderr if args.json else sys.stdout
     if args.scenario == "soak":
         return _soak(args, progress)
-    from chaos.runner import run_all
 
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     if args.only is not None:
@@ -114,8 +116,6 @@ def run(args: argparse.Namespace) -> int:
     if args.junit:
         report.write_junit(results, args.junit)
     if args.html:
-        from chaos import html_report
-
         print(f"wrote {html_report.write(results, args.html, now=time.time())}", file=progress)
     return 0 if all(r.passed for r in results) else 1
 
@@ -138,12 +138,6 @@ def _html_ok(args: argparse.Namespace) -> bool:
 
 
 def _soak(args: argparse.Namespace, progress: object) -> int:
-    import json
-
-    from chaos import report
-    from chaos.runner import open_target
-    from chaos.soak import make_plan, run_soak
-
     if args.executions < 1:
         print("--executions must be at least 1", file=sys.stderr)
         return 2
@@ -174,8 +168,6 @@ def _soak(args: argparse.Namespace, progress: object) -> int:
     if args.junit:
         report.write_junit([result], args.junit, suite="loom-chaos-soak")
     if args.html:
-        from chaos import html_report
-
         html_report.write([result], args.html, now=time.time())
     return 0 if not summary.violations else 1
 
@@ -200,3 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     register(sub)
     args = parser.parse_args(["chaos", *(argv or [])])
     return int(args.func(args) or 0)
+
+
+def main_for(name: str, argv: Sequence[str] | None = None) -> int:
+    """``python -m chaos.<name>``: the same as ``loom chaos <name>``."""
+    return main([name, *(sys.argv[1:] if argv is None else argv)])

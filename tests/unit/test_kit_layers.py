@@ -1,0 +1,229 @@
+"""The kit (loom/, chaos/, workflows/) is layered too: a module imports only its own layer or lower ones.
+
+Parsed with ``ast``, never imported. From the bottom up:
+
+- base: what every part shares (the stack file, the template, the API client, the example workflows);
+- the emulator: the AWS services a local stack emulates (moto, LocalStack, IAM, SigV4, the clock);
+- the Lambda imitation: what AWS does around a function (its package, processes, event sources);
+- the stack: both put together (``LocalStack``) and the in-process harness ``loom.testing``;
+- the tools over a stack: chaos (which owns its own arguments) and the benchmarks;
+- the web console, which serves the chaos kit's buttons;
+- the command line, the one place that composes them (it starts the console).
+
+The rules: every kit module has a layer (a new one must be placed); no import reaches a higher
+layer; no first-party import inside a function; the module-level import graph has no cycle.
+The engine and the Lambda functions sit below the whole kit. An import under ``if TYPE_CHECKING:``
+never runs, and one under ``if __name__ == "__main__":`` runs only when the module is the program
+(above every layer): both are exempt from the direction and cycle rules, not from the function rule.
+A third-party import may wait inside a function (an optional or slow dependency: docker, moto, samcli).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.unit.test_engine_layers import cycles
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = ("loom", "chaos", "workflows")
+BELOW = ("engine", "functions")  # below every kit layer
+BASE, EMULATOR, LAMBDA, STACK, TOOLS, CONSOLE, CLI = range(7)
+
+_LOCAL_EMULATOR = [
+    "emulator",
+    "emulator_main",
+    "emulator_meter",
+    "moto_http",
+    "moto_iam",
+    "moto_speed",
+    "moto_tokens",
+    "snapshot",
+    "localstack_host",
+    "aws",
+    "aws_services",
+    "deploy_check",
+    "samlocal",
+    "sigv4",
+    "client",
+    "clock",
+]
+_LOCAL_LAMBDA = [
+    "package",
+    "pool",
+    "runtime",
+    "imports",
+    "async_invoke",
+    "esm",
+    "events",
+    "http",
+    "iam",
+    "concurrency",
+    "standard_queue",
+    "reload",
+]
+
+# The layer of every module or package (dotted); a package's entry covers what it holds, and the
+# longest matching prefix wins. Data, kept in step with the docstring above.
+LAYERS: dict[str, int] = {
+    "workflows": BASE,
+    "loom": BASE,
+    "loom.schedule": BASE,
+    "loom.ttl": BASE,
+    "loom.svg": BASE,
+    "loom.template": BASE,
+    "loom.stackfile": BASE,
+    "loom.client": BASE,
+    "loom.jsonvalue": BASE,
+    "loom.local": BASE,
+    "loom.local.private": BASE,
+    "loom.local.procs": BASE,
+    **{f"loom.local.{name}": EMULATOR for name in _LOCAL_EMULATOR},
+    **{f"loom.local.{name}": LAMBDA for name in _LOCAL_LAMBDA},
+    "loom.local.stack": STACK,
+    "loom.testing": STACK,
+    "chaos": TOOLS,
+    "loom.bench": TOOLS,
+    "loom.console": CONSOLE,
+    "loom.cli": CLI,
+    "loom.__main__": CLI,
+}
+# Packages whose every module must have an entry of its own (a prefix is not enough).
+PLACED_ONE_BY_ONE = ("loom.local",)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def kit_modules() -> dict[str, Path]:
+    return {module_name(p): p for top in KIT for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+def layer_of(name: str) -> int | None:
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in LAYERS:
+            if n < len(parts) and prefix in PLACED_ONE_BY_ONE:
+                return None
+            return LAYERS[prefix]
+    return None
+
+
+def _guard(test: ast.expr) -> str | None:
+    """'typing' for ``if TYPE_CHECKING:``, 'main' for ``if __name__ == "__main__":``."""
+    if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    ):
+        return "typing"
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    ):
+        return "main"
+    return None
+
+
+def imports(tree: ast.Module, me: str, is_package: bool) -> list[tuple[str, bool, bool]]:
+    """Every first-party module an import loads: (dotted name, inside a function, exempt by a guard)."""
+    out: list[tuple[str, bool, bool]] = []
+
+    def names(node: ast.Import | ast.ImportFrom) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        base = node.module or ""
+        if node.level:
+            package = me.split(".") if is_package else me.split(".")[:-1]
+            package = package[: len(package) - (node.level - 1)]
+            base = ".".join([*package, *([base] if base else [])])
+        return [f"{base}.{a.name}" for a in node.names]
+
+    def walk(node: ast.AST, in_function: bool, guarded: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for name in names(child):
+                    if name.split(".")[0] in (*KIT, *BELOW):
+                        out.append((name, in_function, guarded))
+            fn = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            g = guarded or (isinstance(child, ast.If) and _guard(child.test) is not None)
+            walk(child, fn, g)
+
+    walk(tree, False, False)
+    return out
+
+
+def resolve(name: str, modules: dict[str, Path]) -> str:
+    """``from loom.local import clock`` names the module loom.local.clock; ``from loom.x import f`` loom.x."""
+    while name not in modules and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def violations() -> tuple[set[str], dict[str, set[str]]]:
+    modules = kit_modules()
+    found: set[str] = set()
+    graph: dict[str, set[str]] = {}
+    for me, path in modules.items():
+        graph.setdefault(me, set())
+        mine = layer_of(me)
+        if mine is None:
+            found.add(f"{me}: has no layer")
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for name, in_function, guarded in imports(tree, me, path.name == "__init__.py"):
+            if in_function:
+                found.add(f"{me}: imports {name} inside a function")
+                continue
+            if guarded or name.split(".")[0] in BELOW:
+                continue
+            target = resolve(name, modules)
+            if target == me:
+                continue
+            graph[me].add(target)
+            theirs = layer_of(target)
+            if theirs is not None and theirs > mine:
+                found.add(f"{me} (layer {mine}) imports {target} from layer {theirs} above it")
+    return found, graph
+
+
+def test_every_kit_module_has_a_layer_and_imports_go_only_downward() -> None:
+    found, _ = violations()
+    assert not found, "kit layer violations:\n" + "\n".join(sorted(found))
+
+
+def test_kit_import_graph_has_no_cycle() -> None:
+    _, graph = violations()
+    assert cycles(graph) == []
+
+
+def test_the_kit_checker_sees_what_it_must() -> None:
+    """It finds a function's import, exempts the two guards, resolves relative imports and places modules."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import boto3\n"
+        "from loom.local import clock\n"
+        "from . import sibling\n"
+        "if TYPE_CHECKING:\n    from loom.cli import main\n"
+        "def f():\n    from chaos import runner\n"
+        'if __name__ == "__main__":\n    from chaos.cli import main_for\n'
+    )
+    found = imports(ast.parse(source), "loom.console.app", is_package=False)
+    assert found == [
+        ("loom.local.clock", False, False),
+        ("loom.console.sibling", False, False),
+        ("loom.cli.main", False, True),
+        ("chaos.runner", True, False),
+        ("chaos.cli.main_for", False, True),
+    ]
+    assert layer_of("loom.local.stack") == STACK
+    assert layer_of("loom.local.emulator") == EMULATOR < layer_of("loom.local.pool") == LAMBDA
+    assert layer_of("loom.local.new_module") is None  # placed one by one: a new one must be placed
+    assert layer_of("loom.console.server") == CONSOLE > layer_of("chaos.target") == TOOLS
+    assert layer_of("loom.cli.demo") == CLI
+    assert resolve("loom.local.clock.advance", {"loom.local.clock": Path()}) == "loom.local.clock"
