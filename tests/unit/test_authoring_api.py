@@ -16,7 +16,7 @@ from pathlib import Path
 import engine
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "loom" / "testing" / "README.md"]
+DOCS = [ROOT / "README.md", ROOT / "loom" / "testing" / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 
 PINNED = {
     "NOT_YET",
@@ -87,7 +87,7 @@ def test_the_docs_examples_import_only_from_the_one_import() -> None:
     assert len(blocks) >= 5
     assert any(engine_imports(block) for _, block in blocks)
     wrong = {f"{name}: {bad}" for name, block in blocks for bad in outside_the_api(block)}
-    assert not wrong, "README examples importing past `from engine import ...`:\n" + "\n".join(sorted(wrong))
+    assert not wrong, "docs examples importing past `from engine import ...`:\n" + "\n".join(sorted(wrong))
 
 
 def test_the_example_workflows_import_only_from_the_one_import() -> None:
