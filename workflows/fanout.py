@@ -32,6 +32,7 @@ def void_authorization(ctx: StepContext) -> dict[str, Any]:
     return land(ctx, "void", amount=(ctx.result or {}).get("authorized"), reason=(ctx.failure or {}).get("message"))
 
 
+# docs:start parallel
 @workflow("order_parallel")
 class OrderParallel:
     steps = [
@@ -39,11 +40,14 @@ class OrderParallel:
             step(reserve_stock, compensate=release_stock, compensate_retry=UNDO),
             step(authorize_card, compensate=void_authorization, compensate_retry=UNDO),
             name="reserve",
-            on_failure="fail",
+            on_failure="fail",  # a declined card fails the step: the saga releases the stock
         ),
         ship,
     ]
     retry = RetryPolicy(max_attempts=3, base=1, max_delay=5)
+
+
+# docs:end parallel
 
 
 def order_lines(ctx: StepContext) -> list[Any]:
@@ -57,14 +61,19 @@ def price_line(ctx: StepContext) -> dict[str, Any]:
     return {"sku": line.get("sku"), "price": price}
 
 
+# docs:start map
 def total(ctx: StepContext) -> dict[str, Any]:
-    prices = [r["price"] for r in ctx.results("prices") if r is not None]
-    batch = ctx.batch("prices")
+    prices = [r["price"] for r in ctx.results("prices") if r is not None]  # in item order; None: failed
+    batch = ctx.batch("prices")  # reason, succeeded, failed, not_started, errors, raise_if_failed()
     unpriced = [e.index for e in batch.errors]
     return {"total": round(sum(prices), 2), "priced_lines": len(prices), "unpriced": unpriced}
 
 
 @workflow("price_lines")
 class PriceLines:
+    # Also: min_successful, tolerated_failures, tolerated_failure_percentage (when to stop starting items).
     steps = [map_items(items=order_lines, run=price_line, name="prices", max_concurrency=5), total]
     retry = RetryPolicy(max_attempts=3, base=1, max_delay=5)
+
+
+# docs:end map

@@ -51,11 +51,15 @@ def ship(ctx: StepContext) -> dict[str, Any]:
 UNDO = RetryPolicy(max_attempts=5, base=1, max_delay=30)
 
 
+# docs:start saga
 @workflow("order_saga")
 class OrderSaga:
     steps = [
         step(reserve_stock, compensate=release_stock, compensate_retry=UNDO),
         step(charge_card, compensate=refund_card, compensate_retry=UNDO),
-        ship,
+        ship,  # fails for good without a courier: refund, then release
     ]
     retry = RetryPolicy(max_attempts=3, base=1, max_delay=5)
+
+
+# docs:end saga

@@ -31,6 +31,10 @@ def publish(ctx: StepContext) -> dict[str, Any]:
     return {"published": f"report-{ctx.data['night']}"}
 
 
-@workflow("nightly_report", schedule="cron(0 2 * * ? *)")
+# docs:start schedule
+@workflow("nightly_report", schedule="cron(0 2 * * ? *)")  # or "rate(1 hour)"; UTC
 class NightlyReport:
-    steps = [step(gather), step(publish)]
+    steps = [step(gather), step(publish)]  # ctx.data["scheduled_at"]: the fire time
+
+
+# docs:end schedule

@@ -30,10 +30,11 @@ class Line:
     unit_price: float
 
 
+# docs:start typed
 @dataclass(frozen=True)
 class Order:
     id: str
-    lines: list[Line]
+    lines: list[Line]  # nested dataclasses, lists, Optional, datetime (ISO), Enums
     placed_at: datetime
     tier: Tier = Tier.STANDARD
     note: str | None = None
@@ -52,7 +53,7 @@ DISCOUNTS = {Tier.STANDARD: 0.0, Tier.GOLD: 0.1}
 
 
 def price(ctx: StepContext) -> Quote:
-    order: Order = ctx.input_as(Order)
+    order: Order = ctx.input_as(Order)  # the input as started, loaded into Order
     gross = sum(line.qty * line.unit_price for line in order.lines)
     discount = round(gross * DISCOUNTS[order.tier], 2)
     # From the input, not the clock: a re-run of this step commits the same quote.
@@ -61,10 +62,13 @@ def price(ctx: StepContext) -> Quote:
 
 
 def confirm(ctx: StepContext) -> dict[str, Any]:
-    quote: Quote = ctx.get("price", Quote)
+    quote: Quote = ctx.get("price", Quote)  # ctx.data["price"] loaded back as a Quote
     return {"confirmation": f"{quote.order_id}:{quote.total:.2f}", "items": len(quote.skus)}
 
 
-@workflow("typed_order", input_type=Order)
+@workflow("typed_order", input_type=Order)  # a start whose input does not load is a 400, nothing written
 class TypedOrder:
     steps = [price, confirm]
+
+
+# docs:end typed

@@ -87,6 +87,7 @@ class PaymentWebhook:
     retry = RetryPolicy(max_attempts=3, base=30, max_delay=300)
 
 
+# docs:start sign_off
 def request_sign_offs(ctx: StepContext) -> dict[str, Any]:
     """Send finance and the warehouse each their own token; both are pending from now on."""
     ledger = ctx.services.get("ledger")
@@ -117,6 +118,9 @@ class OrderSignOff:
         ship_order,
     ]
     retry = RetryPolicy(max_attempts=3, base=30, max_delay=300)
+
+
+# docs:end sign_off
 
 
 def _child_chaos(ctx: StepContext) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 from engine.batch import process_batch
 from engine.callbacks import Completion
@@ -134,6 +134,16 @@ class WorkflowTest:
         ex, _ = self.engine.start(workflow, {} if input is None else input, execution_id)
         return ex.id
 
+    @overload
+    def run(
+        self, execution_id: str, *, max_time: float = ..., max_deliveries: int = ..., skip_waits: bool = ...
+    ) -> Execution: ...
+
+    @overload
+    def run(
+        self, execution_id: None = None, *, max_time: float = ..., max_deliveries: int = ..., skip_waits: bool = ...
+    ) -> None: ...
+
     def run(
         self,
         execution_id: str | None = None,
@@ -169,7 +179,9 @@ class WorkflowTest:
                 raise StillRunning(self._left(f"{max_time:g} s of virtual time"))
             self.clock.set(nxt)
             self.engine.sweep()
-        return None if execution_id is None else self.engine.get(execution_id)
+        if execution_id is None:
+            return None
+        return self.execution(execution_id)
 
     def deploy(self, registry: Registry) -> None:
         """Swap the deployed workflows, as a deploy between two deliveries does: messages in
