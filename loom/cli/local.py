@@ -117,6 +117,9 @@ def register(sub: Any) -> None:
     )
     up.add_argument("--log-file", default=None, help="write function and emulator output here")
     up.add_argument("-d", "--detach", action="store_true", help="run in the background; return once it answers")
+    up.add_argument(
+        "-v", "--verbose", action="store_true", help="print why each function runs as many processes as it does"
+    )
     # The background supervisor `-d` starts: its output is stack.log, which must hold no secret.
     up.add_argument("--detached-supervisor", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--fresh", action="store_true", help="forget the data kept in the state dir and start empty")
@@ -207,8 +210,20 @@ def _answers(url: str | None) -> bool:
         return False
 
 
-def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = True) -> None:
-    """What the stack is; ``secrets=False`` for a log file: the console's URL without its token."""
+def concurrency_line(plans: dict[str, dict[str, Any]], *, verbose: bool = False) -> str:
+    """Each function's process count in one short line; why each count is what it is (the
+    template's cap, an override, an approximation) is --verbose's, and the log's ``stack.concurrency``."""
+    sizes = ", ".join(f"{name.removesuffix('Function')} {plan.get('processes')}" for name, plan in plans.items())
+    # ConcurrencyPlan.approximate: any count the template's cap did not set.
+    guessed = sum(1 for plan in plans.values() if plan.get("source") != "template")
+    if not guessed:
+        return f"{sizes} (the template's caps)"
+    return f"{sizes} ({guessed} approximate{'' if verbose else '; -v says why'})"
+
+
+def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = True, verbose: bool = False) -> None:
+    """What the stack is; ``secrets=False`` for a log file: the console's URL without its token;
+    ``verbose``: the reasons behind the short lines too."""
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
     checked = " (SigV4 + IAM: the stack file's emulator_credentials)" if info.get("emulator_credentials") else ""
@@ -239,8 +254,11 @@ def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = T
     package = info.get("package") or {}
     if package:
         out.write(f"  function package (SOURCES):  {' '.join(package.get('sources', []))}\n")
-    for function, plan in (info.get("concurrency") or {}).items():
-        out.write(f"  concurrency of {function}: {plan.get('note')}\n")
+    plans = info.get("concurrency") or {}
+    if plans:
+        out.write(f"  processes:                   {concurrency_line(plans, verbose=verbose)}\n")
+    for function, plan in plans.items() if verbose else ():
+        out.write(f"    {function}: {plan.get('note')}\n")
     if info.get("sqs_standard_chaos"):
         out.write(f"  standard-queue delivery:     reorder/duplicate at rate {info['sqs_standard_chaos']}\n")
     out.write(f"  stack file:                  {stackfile.path()}\n")
@@ -382,7 +400,9 @@ def _up_foreground(args: argparse.Namespace) -> int:
                     f"loom: not in this template, not restored: {stack.restored['skipped']} "
                     f"(the saved state is kept in {stack.restored['backup']})\n"
                 )
-        _print_endpoints(stack.info, secrets=not args.detached_supervisor)
+        _print_endpoints(
+            stack.info, secrets=not args.detached_supervisor, verbose=args.verbose or args.detached_supervisor
+        )
         if args.reload:
             watcher = SourceWatcher(stack.source_dirs(args.watch), stack.reload_functions).start()
             sys.stderr.write(f"loom: --reload watches {', '.join(map(str, watcher.roots))}\n")
@@ -426,7 +446,7 @@ def _up_detached(args: argparse.Namespace) -> int:
             return 1
         info = stackfile.read(state)
         if info and info.get("supervisor_pid") == proc.pid and _answers(info.get("control_plane_url")):
-            _print_endpoints(info)
+            _print_endpoints(info, verbose=args.verbose)
             sys.stderr.write(f"loom: running in the background, logs in {log_path}; `loom down` stops it\n")
             return 0
         progress.tick("functions starting" if info else "emulator starting")
@@ -466,7 +486,9 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
             argv += [flag, value]
     if args.log_file:
         argv += ["--log-file", str(Path(args.log_file).resolve())]
-    argv += [flag for flag, on in (("--fresh", args.fresh), ("--reload", args.reload)) if on]
+    argv += [
+        flag for flag, on in (("--fresh", args.fresh), ("--reload", args.reload), ("--verbose", args.verbose)) if on
+    ]
     return argv
 
 

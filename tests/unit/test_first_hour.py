@@ -3,6 +3,8 @@ beside the code it touched (test_local_imports.py, test_cli.py, test_waits_api.p
 
 from __future__ import annotations
 
+import argparse
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,8 @@ import pytest
 from engine import Registry, step, workflow
 from engine.state import Execution, StepRecord
 from loom import stackfile
+from loom.cli import follow
+from loom.cli import local as local_cli
 from loom.testing import WorkflowTest
 
 README = Path(__file__).resolve().parents[2] / "loom" / "testing" / "README.md"
@@ -56,3 +60,71 @@ def test_no_stack_found_says_where_it_looked_and_how_to_point_elsewhere(
     message = stackfile.no_stack_message()
     assert f"looked for {tmp_path / '.loom' / 'stack.json'}, from the current directory's .loom" in message
     assert "LOOM_STATE_DIR" in message and "--state-dir" in message
+
+
+PLANS = {
+    "WorkerFunction": {"processes": 2, "source": "default", "note": "2 process(es): the template sets neither " * 3},
+    "SweeperFunction": {"processes": 1, "source": "template", "note": "1 process(es), as in AWS (Reserved...=1)"},
+    "ControlPlaneFunction": {"processes": 2, "source": "default", "note": "2 process(es): an approximation " * 3},
+}
+
+
+def test_up_tells_concurrency_in_one_short_line_and_the_reasons_only_when_verbose() -> None:
+    out = io.StringIO()
+    local_cli._print_endpoints({"concurrency": PLANS}, out)
+    lines = [line for line in out.getvalue().splitlines() if "process" in line or "concurrency" in line]
+    assert lines == ["  processes:                   Worker 2, Sweeper 1, ControlPlane 2 (2 approximate; -v says why)"]
+    assert len(lines[0]) <= 100
+    verbose = io.StringIO()
+    local_cli._print_endpoints({"concurrency": PLANS}, verbose, verbose=True)
+    text = verbose.getvalue()
+    assert all(f"    {name}: {plan['note']}" in text for name, plan in PLANS.items())
+    assert "-v says why" not in text
+
+
+def test_up_verbose_survives_detach() -> None:
+    parser = argparse.ArgumentParser(prog="loom")
+    local_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["up", "--verbose"])
+    assert args.verbose and "--verbose" in local_cli._rebuild_argv(args)
+    assert not parser.parse_args(["up"]).verbose
+
+
+def test_watch_counts_from_the_stacks_clock_and_a_time_jump_gets_a_new_page_in_a_pipe() -> None:
+    t = [1000.0]
+    pace = follow.Pace(now=lambda: t[0], monotonic=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
+    nap = {"kind": "sleeping", "reason": "sleeping until x", "until_epoch": 1000.0 + 3 * 86400, "step": 0}
+    body = {"id": "n", "steps": [], "pending": [], "state": nap}
+    skews = [0.0, 0.0, 86400.0, 86400.0]  # `loom time advance 1d` between the second and third look
+
+    class Client:
+        def __init__(self) -> None:
+            self.looks = 0
+
+        def history(self, execution_id: str) -> dict[str, Any]:
+            self.looks += 1
+            if self.looks > len(skews):
+                return {"id": "n", "steps": [], "pending": [], "state": {"kind": "completed", "reason": "completed"}}
+            return {**body, "read_at_epoch": t[0] + skews[self.looks - 1]}
+
+    out = io.StringIO()  # not a terminal: a page per change, not per tick
+    args = argparse.Namespace(id="n", interval=1.0, traceback=False)
+    assert follow.watch(Client(), args, pace, out) == 0  # type: ignore[arg-type]
+    pages = out.getvalue().split("\n\n")
+    assert len(pages) == 3, "the first page, the page after the jump, the end"
+    assert "(in 3d00h)" in pages[0] and "stack's clock" not in pages[0]
+    assert "(in 1d23h)" in pages[1], "counted from the stack's clock, a day later"
+    assert "the stack's clock is +1d00h from yours" in pages[1]
+    assert pages[2].startswith("n  COMPLETED")
+
+
+def test_the_watch_clock_runs_on_between_answers_with_the_skew_it_last_saw() -> None:
+    t = [50.0]
+    clock = follow.StackClock(follow.Pace(now=lambda: t[0]))
+    clock.observe({"read_at_epoch": 3650.0})
+    t[0] = 60.0
+    assert clock.now() == 3660.0 and clock.jumps == 1
+    clock.observe({"read_at_epoch": 3661.0})  # a second's latency is no jump
+    assert clock.jumps == 1 and clock.note().startswith("(the stack's clock is +1h00m")
+    clock.observe({})  # an older control plane: the skew seen last stays
+    assert clock.now() == 3661.0
