@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import argparse
 import io
+import random
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine import Registry, step, workflow
+from engine.errors import CallbackTimeout, SignalTimeout
+from engine.retry import RetryPolicy, decide, for_wait, retries_timeouts
 from engine.state import Execution, StepRecord
+from engine.workflow import wait_for_callback
 from loom import stackfile
 from loom.cli import follow
 from loom.cli import local as local_cli
@@ -128,3 +133,44 @@ def test_the_watch_clock_runs_on_between_answers_with_the_skew_it_last_saw() -> 
     assert clock.jumps == 1 and clock.note().startswith("(the stack's clock is +1h00m")
     clock.observe({})  # an older control plane: the skew seen last stays
     assert clock.now() == 3661.0
+
+
+def _approval_reg(retry: RetryPolicy | None = None) -> Registry:
+    reg = Registry()
+    approval = wait_for_callback("approve", timeout=timedelta(days=3), retry=retry)
+    # The workflow's default policy (six attempts) is what a first workflow gets.
+    workflow("three_day_approval", registry=reg)(type("Approval", (), {"steps": [approval]}))
+    return reg
+
+
+def test_a_three_day_callback_wait_lasts_three_days_under_the_default_policy() -> None:
+    with WorkflowTest(_approval_reg()) as t:
+        t.start("three_day_approval", {}, execution_id="a1")
+        assert t.run("a1").status.value == "WAITING"
+        began = t.clock.now()
+        ex = t.run("a1", skip_waits=True)
+        assert ex.status.value == "FAILED" and ex.error["type"] == "CallbackTimeout"
+        assert t.clock.now() - began == pytest.approx(3 * 86400, abs=120), "one wait, not six"
+        [record] = t.history("a1")
+        assert [a.error["type"] for a in record.attempts] == ["CallbackTimeout"]
+        step_info = t.engine.registry.get("three_day_approval").describe()["steps"][0]
+        assert step_info["timeout_retried"] is False and step_info["retry"]["max_attempts"] == 6
+
+
+def test_a_wait_that_names_its_retry_is_asked_again() -> None:
+    with WorkflowTest(_approval_reg(RetryPolicy(max_attempts=2, base=1, jitter="none"))) as t:
+        t.start("three_day_approval", {}, execution_id="a2")
+        ex = t.run("a2", skip_waits=True)
+        assert ex.status.value == "FAILED"
+        [record] = t.history("a2")
+        assert [a.error["type"] for a in record.attempts] == ["CallbackTimeout", "CallbackTimeout"]
+        assert t.engine.registry.get("three_day_approval").describe()["steps"][0]["timeout_retried"] is True
+
+
+def test_a_waits_body_still_retries_under_the_workflows_policy_but_its_timeout_does_not() -> None:
+    policy = for_wait(RetryPolicy(max_attempts=6))
+    rng = random.Random(0)
+    assert decide(policy, CallbackTimeout("late"), 1, rng).reason == "no_retry_on"
+    assert decide(policy, SignalTimeout("late"), 1, rng).reason == "no_retry_on"
+    assert decide(policy, ConnectionError("mail server"), 1, rng).retry, "a failing submit is retried"
+    assert for_wait(policy) is policy and not retries_timeouts(policy)
