@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loom import stackfile
+from loom import stack_settings, stackfile
 from loom.cli.output import error
 from loom.local import clock as offset_clock
 from loom.local import private, procs
@@ -107,7 +107,17 @@ def register(sub: Any) -> None:
         "--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for every function"
     )
     up.add_argument(
-        "--parameter", action="append", default=[], metavar="NAME=VALUE", help="a template parameter override"
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a template parameter override, remembered in the state dir for the next `loom up` "
+        "(NAME= forgets one; $SOURCES is remembered the same way)",
+    )
+    up.add_argument(
+        "--forget-parameters",
+        action="store_true",
+        help="forget the parameters and SOURCES the last `loom up` here ran with; only this command line counts",
     )
     up.add_argument("--endpoint-url", default=None, help="LocalStack's endpoint (default http://localhost:4566)")
     up.add_argument("--stack", default=None, help="--emulator aws: the CloudFormation stack name")
@@ -304,9 +314,33 @@ def cmd_up(args: argparse.Namespace) -> int:
         _end_leftovers(current)
     if args.emulator == "aws":
         return _up_aws(args)
+    try:
+        sources = _remembered(args)
+    except stack_settings.SettingsError as exc:
+        error(str(exc))
+        return 1
     if args.detach:
-        return _up_detached(args)
-    return _up_foreground(args)
+        return _up_detached(args, sources)
+    return _up_foreground(args, sources)
+
+
+def _remembered(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """This command line over what the last `loom up` here ran with (loom/stack_settings.py):
+    ``args.parameter`` becomes the whole set, and the SOURCES to build from is returned. The
+    background supervisor is given the set already resolved: it takes it as it is."""
+    given = _pairs(args.parameter, "--parameter")
+    if args.detached_supervisor:
+        return tuple(os.environ.get("SOURCES", "").split()) or None
+    state = stackfile.state_dir()
+    if args.forget_parameters:
+        stack_settings.forget(state)
+    saved = None if args.forget_parameters else stack_settings.read(state)
+    resolved = stack_settings.resolve(saved, given, os.environ.get("SOURCES"), forget=args.forget_parameters)
+    line = stack_settings.reuse_line(resolved, stack_settings.path(state))
+    if line:
+        sys.stderr.write(line + "\n")
+    args.parameter = [f"{k}={v}" for k, v in sorted(resolved.settings.parameters.items())]
+    return resolved.settings.sources
 
 
 def _up_aws(args: argparse.Namespace) -> int:
@@ -327,7 +361,7 @@ def _up_aws(args: argparse.Namespace) -> int:
     return 0
 
 
-def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
+def _options(args: argparse.Namespace, log_stream: Any = None, sources: tuple[str, ...] | None = None) -> Any:
     from loom.local.stack import REGION, StackOptions
 
     return StackOptions(
@@ -344,6 +378,7 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
         timeouts={k: float(v) for k, v in _pairs(args.timeout, "--timeout").items()},
         queue_visibility_timeout=args.visibility_timeout,
         parameters=_pairs(args.parameter, "--parameter"),
+        sources=sources,
         region=args.region or REGION,
         endpoint_url=args.endpoint_url,
         localstack_dynamodb=args.localstack_dynamodb,
@@ -356,7 +391,7 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
     )
 
 
-def _up_foreground(args: argparse.Namespace) -> int:
+def _up_foreground(args: argparse.Namespace, sources: tuple[str, ...] | None = None) -> int:
     from loom.cli import console
     from loom.local.emulator import EmulatorError
     from loom.local.package import PackageError
@@ -376,7 +411,7 @@ def _up_foreground(args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     try:
         # Reading template.yaml can fail too (a schedule EventBridge rejects): a clear error, not a trace.
-        stack = LocalStack(_options(args, relay.stream if relay else None))
+        stack = LocalStack(_options(args, relay.stream if relay else None, sources))
     except (OSError, KeyError, ValueError) as exc:
         error(f"the stack did not start: {exc}")
         return 1
@@ -390,6 +425,8 @@ def _up_foreground(args: argparse.Namespace) -> int:
         except (EmulatorError, PackageError, OSError, KeyError, ValueError) as exc:
             error(f"the stack did not start: {exc}")
             return 1
+        # Only a stack that started is worth coming back to: a failed start remembers nothing.
+        stack_settings.write(stack_settings.Settings(_pairs(args.parameter, "--parameter"), sources), stack.state_dir)
         if stack.restored:
             sys.stderr.write(
                 f"loom: kept {stack.restored['items']} items and {stack.restored['messages']} messages "
@@ -418,11 +455,13 @@ def _up_foreground(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_detached(args: argparse.Namespace) -> int:
+def _up_detached(args: argparse.Namespace, sources: tuple[str, ...] | None = None) -> int:
     state = private.private_dir(stackfile.state_dir())
     log_path = Path(args.log_file).resolve() if args.log_file else state / "stack.log"
     argv = _rebuild_argv(args)
     env = {**os.environ, "LOOM_STATE_DIR": str(state)}
+    if sources:
+        env["SOURCES"] = " ".join(sources)  # the remembered list, when the shell has none
     with private.open_append(log_path, binary=True) as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "loom.cli.local", *argv],

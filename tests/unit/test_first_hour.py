@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import random
 import re
+import signal
+import stat
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,9 +21,10 @@ from engine.errors import CallbackTimeout, SignalTimeout
 from engine.retry import RetryPolicy, decide, for_wait, retries_timeouts
 from engine.state import Execution, StepRecord
 from engine.workflow import wait_for_callback
-from loom import stackfile
+from loom import stack_settings, stackfile
 from loom.cli import follow
 from loom.cli import local as local_cli
+from loom.local import stack as local_stack
 from loom.testing import WorkflowTest
 
 README = Path(__file__).resolve().parents[2] / "loom" / "testing" / "README.md"
@@ -174,3 +178,129 @@ def test_a_waits_body_still_retries_under_the_workflows_policy_but_its_timeout_d
     assert decide(policy, SignalTimeout("late"), 1, rng).reason == "no_retry_on"
     assert decide(policy, ConnectionError("mail server"), 1, rng).retry, "a failing submit is retried"
     assert for_wait(policy) is policy and not retries_timeouts(policy)
+
+
+# ---------------------------------------------------------------- friction 2: a restart comes back the same
+
+
+def test_the_command_line_wins_over_the_remembered_settings_and_an_empty_value_forgets() -> None:
+    saved = stack_settings.Settings(
+        {"WorkflowModules": "workflows,myapp.flows", "Stage": "dev"}, ("engine", "/p/myapp")
+    )
+    kept = stack_settings.resolve(saved, {}, None)
+    assert kept.settings == saved
+    assert kept.reused == ("Stage=dev", "WorkflowModules=workflows,myapp.flows", "SOURCES=engine /p/myapp")
+    moved = stack_settings.resolve(saved, {"Stage": "prod", "WorkflowModules": ""}, "engine functions")
+    assert moved.settings == stack_settings.Settings({"Stage": "prod"}, ("engine", "functions"))
+    assert moved.reused == () and moved.forgotten == ("WorkflowModules",)
+    fresh = stack_settings.resolve(saved, {"Stage": "prod"}, None, forget=True)
+    assert fresh.settings == stack_settings.Settings({"Stage": "prod"}, None) and fresh.reused == ()
+    assert stack_settings.reuse_line(fresh, Path("/s")) is None
+
+
+def test_the_settings_file_is_owner_only_and_a_broken_one_is_a_clear_error(tmp_path: Path) -> None:
+    written = stack_settings.write(stack_settings.Settings({"A": "1"}, ("engine",)), tmp_path)
+    assert written == tmp_path / "stack_settings.json" and stat.S_IMODE(os.stat(written).st_mode) == 0o600
+    assert stack_settings.read(tmp_path) == stack_settings.Settings({"A": "1"}, ("engine",))
+    written.write_text('{"parameters": {"A": 1}}')
+    with pytest.raises(stack_settings.SettingsError, match="--forget-parameters"):
+        stack_settings.read(tmp_path)
+    written.write_text("{not json")
+    with pytest.raises(stack_settings.SettingsError, match=str(written)):
+        stack_settings.read(tmp_path)
+    assert stack_settings.read(tmp_path / "none") is None
+
+
+class _Started:
+    """A LocalStack that starts at once and records what it was given; ``stop`` ends it."""
+
+    given: list[Any] = []
+
+    def __init__(self, options: Any) -> None:
+        self.options, self.restored, self.info = options, None, {}
+        self.state_dir = options.state_dir
+        _Started.given.append(options)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class _Stopped:
+    """``loom up``'s wait for Ctrl-C, already over."""
+
+    def set(self) -> None:
+        pass
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
+
+def _up(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    parser = argparse.ArgumentParser(prog="loom")
+    local_cli.register(parser.add_subparsers(dest="command"))
+    code = local_cli.cmd_up(parser.parse_args(["up", "--no-console", *argv]))
+    return code, _Started.given[-1] if _Started.given else None, capsys.readouterr().err
+
+
+@pytest.fixture
+def restartable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("SOURCES", raising=False)
+    monkeypatch.setattr(local_stack, "LocalStack", _Started)
+    monkeypatch.setattr(local_cli, "threading", argparse.Namespace(Event=_Stopped))
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # _up_foreground installs its own handlers
+    monkeypatch.setattr(local_cli, "_print_endpoints", lambda *a, **k: None)
+    _Started.given = []
+    return tmp_path
+
+
+def test_a_restart_without_its_parameters_reuses_them_and_says_so_in_one_line(
+    restartable: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCES", f"engine functions workflows {restartable}/myapp")
+    code, options, err = _up(capsys, "--parameter", "WorkflowModules=workflows,myapp.flows")
+    assert code == 0 and "reusing" not in err
+    assert stat.S_IMODE(os.stat(restartable / "stack_settings.json").st_mode) == 0o600
+    monkeypatch.delenv("SOURCES")
+    code, options, err = _up(capsys)  # the restart that lost in-flight work before
+    assert code == 0 and dict(options.parameters) == {"WorkflowModules": "workflows,myapp.flows"}
+    assert options.sources == ("engine", "functions", "workflows", f"{restartable}/myapp")
+    [line] = [x for x in err.splitlines() if "reusing" in x]
+    assert "WorkflowModules=workflows,myapp.flows" in line and "SOURCES=engine functions" in line
+    assert str(restartable / "stack_settings.json") in line and "--forget-parameters" in line
+    code, options, err = _up(capsys, "--parameter", "WorkflowModules=")
+    assert dict(options.parameters) == {} and "forgot WorkflowModules" in err
+    code, options, err = _up(capsys)
+    assert dict(options.parameters) == {}, "the forgotten parameter stays forgotten"
+    assert options.sources == ("engine", "functions", "workflows", f"{restartable}/myapp")
+    code, options, err = _up(capsys, "--forget-parameters")
+    assert options.sources is None and stack_settings.read(restartable) == stack_settings.Settings({}, None)
+
+
+def test_a_failed_start_remembers_nothing_and_a_detached_start_hands_the_settings_on(
+    restartable: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Broken(_Started):
+        def start(self) -> None:
+            raise OSError("port taken")
+
+    stack_settings.write(
+        stack_settings.Settings({"WorkflowModules": "myapp.flows"}, ("engine", "/p/myapp")), restartable
+    )
+    monkeypatch.setattr(local_stack, "LocalStack", Broken)
+    code, _, err = _up(capsys, "--parameter", "WorkflowModules=other")
+    assert code == 1 and "port taken" in err
+    assert stack_settings.read(restartable) == stack_settings.Settings(
+        {"WorkflowModules": "myapp.flows"}, ("engine", "/p/myapp")
+    )
+    handed: list[tuple[list[str], Any]] = []
+    monkeypatch.setattr(
+        local_cli, "_up_detached", lambda args, sources: handed.append((local_cli._rebuild_argv(args), sources)) or 0
+    )
+    assert _up(capsys, "-d")[0] == 0
+    [(argv, sources)] = handed
+    assert argv[argv.index("--parameter") + 1] == "WorkflowModules=myapp.flows" and sources == ("engine", "/p/myapp")
+    assert "--forget-parameters" not in argv
