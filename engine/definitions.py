@@ -14,18 +14,60 @@ as they always did.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from engine import transitions as tr
-from engine.errors import ConflictError
+from engine.errors import ConflictError, UnknownWorkflow
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Execution, Status, StepStatus, WaitKind
-from engine.workflow import WorkflowSpec
+from engine.workflow import Registry, WorkflowSpec
 
 DEFINITION_CHANGED = "definition_changed"
+
+
+class Registration(StrEnum):
+    """Why an execution's definition is missing from a deployment (None from ``registration``:
+    it is there). The values are the codes readers see."""
+
+    NOT_REGISTERED = "workflow_not_registered"  # no version of its workflow at all
+    SHAPE_CHANGED = DEFINITION_CHANGED  # versions, none with the shape it started on (BLOCKED)
+
+
+@dataclass(frozen=True)
+class Missing:
+    """An execution's definition that this deployment lacks, and the one line that says so."""
+
+    code: Registration
+    workflow: str
+    version: int | None
+    registered: tuple[int, ...]  # the workflow's versions that are registered (none: NOT_REGISTERED)
+    message: str
+
+
+def registration(registry: Registry, ex: Execution) -> Missing | None:
+    """Whether ``ex``'s definition is registered here (None), or why not; pure, reads nothing.
+    What every reader of an execution shows beside it (the API, the CLI, the console, a callback)."""
+    version = f" version {ex.workflow_version}" if ex.workflow_version is not None else ""
+    try:
+        if registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version) is not None:
+            return None
+        versions = tuple(s.version for s in registry.versions(ex.workflow))
+    except UnknownWorkflow:
+        message = (
+            f"workflow {ex.workflow!r}{version} is not registered in this deployment, so its steps not run yet "
+            "and its waits are unknown here; nothing is lost: register it again (deploy the module that defines "
+            "it: locally `loom up --parameter WorkflowModules=<its modules>`, with its directory in SOURCES)"
+        )
+        return Missing(Registration.NOT_REGISTERED, ex.workflow, ex.workflow_version, (), message)
+    message = (
+        f"workflow {ex.workflow!r} has no registered version with the shape this execution started on{version} "
+        f"(registered: {list(versions)}): deploy that version again, or loom migrate"
+    )
+    return Missing(Registration.SHAPE_CHANGED, ex.workflow, ex.workflow_version, versions, message)
 
 
 def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
