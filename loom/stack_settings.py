@@ -19,6 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 from loom.local import private
 
@@ -88,18 +89,24 @@ def read(directory: Path) -> Settings | None:
         return None
     except (OSError, ValueError) as exc:
         raise SettingsError(f"{target} cannot be read ({exc}); pass --forget-parameters to start over") from None
-    parameters = raw.get("parameters", {}) if isinstance(raw, dict) else None
-    sources = raw.get("sources") if isinstance(raw, dict) else None
-    if not _strings(parameters) or not (sources is None or _string_list(sources)):
-        raise SettingsError(f"{target} is not what `loom up` writes; pass --forget-parameters to start over")
-    return Settings(dict(parameters), None if sources is None else tuple(sources))
+    wrong = SettingsError(f"{target} is not what `loom up` writes; pass --forget-parameters to start over")
+    if not isinstance(raw, dict):
+        raise wrong
+    parameters, sources = raw.get("parameters", {}), raw.get("sources")
+    if not _strings(parameters):
+        raise wrong
+    if sources is None:
+        return Settings(dict(parameters), None)
+    if not _string_list(sources):
+        raise wrong
+    return Settings(dict(parameters), tuple(sources))
 
 
-def _strings(value: object) -> bool:
+def _strings(value: object) -> TypeGuard[dict[str, str]]:
     return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
-def _string_list(value: object) -> bool:
+def _string_list(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
