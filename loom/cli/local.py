@@ -28,7 +28,9 @@ template's three functions (worker, sweeper, control plane) in local processes, 
 way Lambda feeds them (SQS event source, schedule, Function URL).
 
 The data is kept in the state dir (--state-dir, $LOOM_STATE_DIR, default ./.loom): a
-restart of `loom up` finds its executions again; --fresh starts empty. Endpoints and pids
+restart of `loom up` finds its executions again; --fresh starts empty. The --parameter values
+and $SOURCES a stack started with are remembered there too (stack_settings.json): a restart
+without them reuses them and says so (NAME= forgets one, --forget-parameters all). Endpoints and pids
 go to <state dir>/stack.json, where `loom` and the chaos kit find them. A web console is
 served on 127.0.0.1 (its URL, with a session token, is printed with the endpoints). In the foreground,
 Ctrl-C stops everything; with -d it runs in the background until `loom down`.
