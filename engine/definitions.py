@@ -27,13 +27,16 @@ from engine.state import Execution, Status, StepStatus, WaitKind
 from engine.workflow import Registry, WorkflowSpec
 
 DEFINITION_CHANGED = "definition_changed"
+# No version of its workflow is registered at all (a deploy or a `loom up` without its module):
+# blocked as a changed one is, since failing it would lose work the same code can finish.
+WORKFLOW_NOT_REGISTERED = "workflow_not_registered"
 
 
 class Registration(StrEnum):
     """Why an execution's definition is missing from a deployment (None from ``registration``:
     it is there). The values are the codes readers see."""
 
-    NOT_REGISTERED = "workflow_not_registered"  # no version of its workflow at all
+    NOT_REGISTERED = WORKFLOW_NOT_REGISTERED  # no version of its workflow at all
     SHAPE_CHANGED = DEFINITION_CHANGED  # versions, none with the shape it started on (BLOCKED)
 
 
@@ -70,6 +73,16 @@ def registration(registry: Registry, ex: Execution) -> Missing | None:
     return Missing(Registration.SHAPE_CHANGED, ex.workflow, ex.workflow_version, versions, message)
 
 
+def workflow_missing(registry: Registry, ex: Execution) -> bool:
+    """No version of ``ex``'s own workflow is registered: an ``UnknownWorkflow`` raised while
+    handling it is about it (and it is blocked), not about a child's workflow (which fails it)."""
+    try:
+        registry.get(ex.workflow)
+    except UnknownWorkflow:
+        return True
+    return False
+
+
 def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
     """The registered definition ``ex`` runs on, None when none has its shape.
 
@@ -79,8 +92,22 @@ def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
     return parts.registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
 
 
-def block(parts: Parts, ex: Execution) -> LinkResult:
-    """Stop ``ex`` where it is: BLOCKED, reason ``definition_changed``; nothing runs.
+def spec_or_block(parts: Parts, ex: Execution) -> WorkflowSpec | None:
+    """``spec_for``; when there is none (another shape, or no version of its workflow at all)
+    ``ex`` is blocked with the reason, and None says so (what a signal or a handle's completion,
+    kept meanwhile, does: it applies on the resume)."""
+    if workflow_missing(parts.registry, ex):
+        block(parts, ex, WORKFLOW_NOT_REGISTERED)
+        return None
+    spec = spec_for(parts, ex)
+    if spec is None:
+        block(parts, ex)
+    return spec
+
+
+def block(parts: Parts, ex: Execution, reason: str = DEFINITION_CHANGED) -> LinkResult:
+    """Stop ``ex`` where it is: BLOCKED, reason ``definition_changed`` (or
+    ``workflow_not_registered``); nothing runs.
 
     A lost race means someone moved it first (a cancel, another worker's block): that write
     stands, and this message is stale.
@@ -88,16 +115,16 @@ def block(parts: Parts, ex: Execution) -> LinkResult:
     if ex.status not in tr.BLOCKED_FROM:
         return LinkResult(OutcomeStatus.STALE)
     now = parts.clock.now()
-    new = tr.blocked_state(ex, now, parts.config, DEFINITION_CHANGED)
+    new = tr.blocked_state(ex, now, parts.config, reason)
     try:
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("execution.block_lost_race")
         return LinkResult(OutcomeStatus.STALE)
-    registered = [s.version for s in parts.registry.versions(ex.workflow)]
+    registered = [] if reason == WORKFLOW_NOT_REGISTERED else [s.version for s in parts.registry.versions(ex.workflow)]
     execution_log(new).warning(
         "execution.blocked",
-        reason=DEFINITION_CHANGED,
+        reason=reason,
         status_before=ex.status.value,
         fingerprint=ex.fingerprint,
         workflow_version=ex.workflow_version,
@@ -112,7 +139,7 @@ def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage 
 
     Raises ``ConflictError`` when another writer moved it first (the sweeper skips it).
     """
-    spec = spec_for(parts, ex)
+    spec = None if workflow_missing(parts.registry, ex) else spec_for(parts, ex)
     cfg = parts.config
     new = tr.still_blocked_state(ex, now, cfg) if spec is None else _resumed(parts, ex, now)
     parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
