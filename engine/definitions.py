@@ -92,19 +92,6 @@ def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
     return parts.registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
 
 
-def spec_or_block(parts: Parts, ex: Execution) -> WorkflowSpec | None:
-    """``spec_for``; when there is none (another shape, or no version of its workflow at all)
-    ``ex`` is blocked with the reason, and None says so (what a signal or a handle's completion,
-    kept meanwhile, does: it applies on the resume)."""
-    if workflow_missing(parts.registry, ex):
-        block(parts, ex, WORKFLOW_NOT_REGISTERED)
-        return None
-    spec = spec_for(parts, ex)
-    if spec is None:
-        block(parts, ex)
-    return spec
-
-
 def block(parts: Parts, ex: Execution, reason: str = DEFINITION_CHANGED) -> LinkResult:
     """Stop ``ex`` where it is: BLOCKED, reason ``definition_changed`` (or
     ``workflow_not_registered``); nothing runs.
