@@ -1,5 +1,7 @@
 """Frictions a new user met in the first hour (issue #25): each has its fix tested here or
-beside the code it touched (test_local_imports.py, test_cli.py, test_waits_api.py)."""
+beside the code it touched (test_local_imports.py, test_cli.py, test_waits_api.py; friction 2's
+control plane, CLI and callback answers in integration/test_unregistered_workflow.py, its console
+line in e2e/test_console_browser.py; the bootstrap warning in integration/test_packaging.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from engine import Registry, step, workflow
+from engine import Registry, progress, step, workflow
 from engine.errors import CallbackTimeout, SignalTimeout
 from engine.retry import RetryPolicy, decide, for_wait, retries_timeouts
-from engine.state import Execution, StepRecord
+from engine.state import Execution, Status, StepRecord
 from engine.workflow import wait_for_callback
 from loom import stack_settings, stackfile
 from loom.cli import follow
@@ -304,3 +306,15 @@ def test_a_failed_start_remembers_nothing_and_a_detached_start_hands_the_setting
     [(argv, sources)] = handed
     assert argv[argv.index("--parameter") + 1] == "WorkflowModules=myapp.flows" and sources == ("engine", "/p/myapp")
     assert "--forget-parameters" not in argv
+
+
+def test_a_blocked_execution_says_whether_its_workflow_changed_shape_or_is_not_registered() -> None:
+    base = {"id": "b", "workflow": "shop", "status": Status.BLOCKED, "current_step": 2, "version": 3}
+    base |= {"input": {}, "context": {}, "created_at": 0.0, "updated_at": 0.0, "workflow_version": 1}
+    gone = Execution(**base, blocked={"reason": "workflow_not_registered", "from": "SLEEPING", "since": 0.0})
+    assert progress.state(gone, None, 0.0).reason == (
+        "blocked on step 2: workflow_not_registered, this deployment has no version of 'shop' "
+        "(register it again and it resumes)"
+    )
+    changed = Execution(**base, blocked={"reason": "definition_changed", "from": "SLEEPING", "since": 0.0})
+    assert "definition_changed" in progress.state(changed, None, 0.0).reason
