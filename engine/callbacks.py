@@ -46,6 +46,7 @@ from engine.errors import (
     UnknownWorkflow,
     WaitEnded,
     WorkerLost,
+    WorkflowNotRegistered,
 )
 from engine.limits import check_execution_id
 from engine.log import get_logger
@@ -219,7 +220,8 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
 
     Raises ``MalformedToken``/``InvalidInput`` (400), ``PayloadTooLarge`` (413),
     ``CallbackNotFound`` (404), ``WaitEnded`` (409: completed otherwise, timed out, superseded),
-    ``ExecutionBlocked`` (409, retry later: a failure while its definition is not deployed).
+    ``ExecutionBlocked`` (409, retry later: a failure while its definition is not deployed),
+    ``WorkflowNotRegistered`` (409: a live token of a workflow this deployment does not register).
     """
     tok = parse(text)
     check_body(action, body)
@@ -231,7 +233,7 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
         token_hash=redacted(tok.hash), action=action.value
     )
     verdict = check_completion(ex, tok)
-    found = _spec(parts, ex)
+    found = _spec(parts, ex, verdict)
     if found is None or verdict is CompletionVerdict.KEEP:
         # BLOCKED even if its definition is back: the recheck resumes it, and the kept commit then.
         return _while_blocked(parts, ex, tok, verdict, action, body, digest, log)
@@ -272,12 +274,20 @@ def check_body(action: Action, body: Any) -> None:
         raise InvalidInput('\'error\' must be {"type": string, "message": string}')
 
 
-def _spec(parts: Parts, ex: Execution) -> WorkflowSpec | None:
-    """The definition ``ex`` runs on; None when none has its shape (a 404 when none at all)."""
+def _spec(parts: Parts, ex: Execution, verdict: CompletionVerdict) -> WorkflowSpec | None:
+    """The definition ``ex`` runs on; None when none has its shape. When its workflow is not
+    registered at all, the token of its live wait (its secret checked: ACCEPT or KEEP) is told so
+    (409 ``workflow_not_registered``, with the fix), not that no wait waits for it: the wait is
+    there, this deployment lacks its code. Any other token learns nothing more than before."""
     try:
         return definitions.spec_for(parts, ex)
     except UnknownWorkflow:
-        raise CallbackNotFound("no wait is waiting for this callback token") from None
+        if verdict not in (CompletionVerdict.ACCEPT, CompletionVerdict.KEEP):
+            raise CallbackNotFound("no wait is waiting for this callback token") from None
+        missing = definitions.registration(parts.registry, ex)
+        raise WorkflowNotRegistered(
+            missing.message if missing else f"workflow {ex.workflow!r} is not registered", workflow=ex.workflow
+        ) from None
 
 
 def _callback_step(spec: WorkflowSpec, tok: Token) -> tuple[CallbackSpec, WorkflowSpec]:

@@ -14,18 +14,73 @@ as they always did.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from engine import transitions as tr
-from engine.errors import ConflictError
+from engine.errors import ConflictError, UnknownWorkflow
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
 from engine.parts import Parts
 from engine.state import Execution, Status, StepStatus, WaitKind
-from engine.workflow import WorkflowSpec
+from engine.workflow import Registry, WorkflowSpec
 
 DEFINITION_CHANGED = "definition_changed"
+# No version of its workflow is registered at all (a deploy or a `loom up` without its module):
+# blocked as a changed one is, since failing it would lose work the same code can finish.
+WORKFLOW_NOT_REGISTERED = "workflow_not_registered"
+
+
+class Registration(StrEnum):
+    """Why an execution's definition is missing from a deployment (None from ``registration``:
+    it is there). The values are the codes readers see."""
+
+    NOT_REGISTERED = WORKFLOW_NOT_REGISTERED  # no version of its workflow at all
+    SHAPE_CHANGED = DEFINITION_CHANGED  # versions, none with the shape it started on (BLOCKED)
+
+
+@dataclass(frozen=True)
+class Missing:
+    """An execution's definition that this deployment lacks, and the one line that says so."""
+
+    code: Registration
+    workflow: str
+    version: int | None
+    registered: tuple[int, ...]  # the workflow's versions that are registered (none: NOT_REGISTERED)
+    message: str
+
+
+def registration(registry: Registry, ex: Execution) -> Missing | None:
+    """Whether ``ex``'s definition is registered here (None), or why not; pure, reads nothing.
+    What every reader of an execution shows beside it (the API, the CLI, the console, a callback)."""
+    version = f" version {ex.workflow_version}" if ex.workflow_version is not None else ""
+    try:
+        if registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version) is not None:
+            return None
+        versions = tuple(s.version for s in registry.versions(ex.workflow))
+    except UnknownWorkflow:
+        message = (
+            f"workflow {ex.workflow!r}{version} is not registered in this deployment, so its steps not run yet "
+            "and its waits are unknown here; nothing is lost: register it again (deploy the module that defines "
+            "it: locally `loom up --parameter WorkflowModules=<its modules>`, with its directory in SOURCES)"
+        )
+        return Missing(Registration.NOT_REGISTERED, ex.workflow, ex.workflow_version, (), message)
+    message = (
+        f"workflow {ex.workflow!r} has no registered version with the shape this execution started on{version} "
+        f"(registered: {list(versions)}): deploy that version again, or loom migrate"
+    )
+    return Missing(Registration.SHAPE_CHANGED, ex.workflow, ex.workflow_version, versions, message)
+
+
+def workflow_missing(registry: Registry, ex: Execution) -> bool:
+    """No version of ``ex``'s own workflow is registered: an ``UnknownWorkflow`` raised while
+    handling it is about it (and it is blocked), not about a child's workflow (which fails it)."""
+    try:
+        registry.get(ex.workflow)
+    except UnknownWorkflow:
+        return True
+    return False
 
 
 def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
@@ -37,8 +92,9 @@ def spec_for(parts: Parts, ex: Execution) -> WorkflowSpec | None:
     return parts.registry.matching(ex.workflow, ex.fingerprint, ex.workflow_version)
 
 
-def block(parts: Parts, ex: Execution) -> LinkResult:
-    """Stop ``ex`` where it is: BLOCKED, reason ``definition_changed``; nothing runs.
+def block(parts: Parts, ex: Execution, reason: str = DEFINITION_CHANGED) -> LinkResult:
+    """Stop ``ex`` where it is: BLOCKED, reason ``definition_changed`` (or
+    ``workflow_not_registered``); nothing runs.
 
     A lost race means someone moved it first (a cancel, another worker's block): that write
     stands, and this message is stale.
@@ -46,16 +102,16 @@ def block(parts: Parts, ex: Execution) -> LinkResult:
     if ex.status not in tr.BLOCKED_FROM:
         return LinkResult(OutcomeStatus.STALE)
     now = parts.clock.now()
-    new = tr.blocked_state(ex, now, parts.config, DEFINITION_CHANGED)
+    new = tr.blocked_state(ex, now, parts.config, reason)
     try:
         parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
     except ConflictError:
         execution_log(ex).info("execution.block_lost_race")
         return LinkResult(OutcomeStatus.STALE)
-    registered = [s.version for s in parts.registry.versions(ex.workflow)]
+    registered = [] if reason == WORKFLOW_NOT_REGISTERED else [s.version for s in parts.registry.versions(ex.workflow)]
     execution_log(new).warning(
         "execution.blocked",
-        reason=DEFINITION_CHANGED,
+        reason=reason,
         status_before=ex.status.value,
         fingerprint=ex.fingerprint,
         workflow_version=ex.workflow_version,
@@ -70,7 +126,7 @@ def recheck(parts: Parts, ex: Execution, now: float) -> tuple[bool, StepMessage 
 
     Raises ``ConflictError`` when another writer moved it first (the sweeper skips it).
     """
-    spec = spec_for(parts, ex)
+    spec = None if workflow_missing(parts.registry, ex) else spec_for(parts, ex)
     cfg = parts.config
     new = tr.still_blocked_state(ex, now, cfg) if spec is None else _resumed(parts, ex, now)
     parts.store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)

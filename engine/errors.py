@@ -118,6 +118,15 @@ class ExecutionBlocked(DefinitionChanged):
     code = "execution_blocked"
 
 
+class WorkflowNotRegistered(DefinitionChanged):
+    """A request about an execution whose workflow this deployment does not register at all (a
+    restart or deploy without the module that defines it): what its steps and waits are is
+    that code's, so nothing can be decided. The message names the workflow and the fix.
+    Nothing is written; the same request succeeds once the workflow is registered again."""
+
+    code = "workflow_not_registered"
+
+
 class ExecutionNotFound(LoomError):
     """No execution with this id."""
 

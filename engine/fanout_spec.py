@@ -15,9 +15,10 @@ from typing import Any
 
 from engine.errors import WorkflowDefinitionError
 from engine.join import MAX_ITEMS, CompletionPolicy, OnFailure
-from engine.retry import RetryPolicy
+from engine.retry import RetryPolicy, for_wait
 from engine.workflow import (
     NAME_RE,
+    TIMED_WAITS,
     WAIT_SPECS,
     ChildSpec,
     SleepSpec,
@@ -69,7 +70,13 @@ class FanoutSpec(StepSpec):
         return self.branches[idx] if self.kind is FanKind.PARALLEL else self.branches[0]
 
     def item_policy(self, idx: int, default: RetryPolicy) -> RetryPolicy:
-        return self.item_spec(idx).retry or self.retry or default
+        """The item's policy, else the fan-out step's, else ``default`` (a timed wait's timeout
+        is not retried then: ``retry.for_wait``)."""
+        item = self.item_spec(idx)
+        own = item.retry or self.retry
+        if own is not None:
+            return own
+        return for_wait(default) if isinstance(item, TIMED_WAITS) else default
 
     @property
     def compensates_items(self) -> bool:

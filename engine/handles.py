@@ -301,6 +301,9 @@ def wake(parts: Parts, execution_id: str, step: int | None = None) -> bool:
     w = ex.wait
     if ex.status is not Status.WAITING or w is None or w.kind is not WaitKind.HANDLES:
         return False
+    if definitions.workflow_missing(parts.registry, ex):
+        definitions.block(parts, ex, definitions.WORKFLOW_NOT_REGISTERED)  # kept as for a changed one
+        return True
     spec = definitions.spec_for(parts, ex)
     if spec is None:
         definitions.block(parts, ex)

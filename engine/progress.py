@@ -87,12 +87,7 @@ def _state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
     if ex.terminal:
         return _terminal(ex, spec)
     if ex.status is Status.BLOCKED:
-        # ``spec`` is None here (no registered version has its shape): name only the index.
-        reason = (
-            f"blocked on step {ex.current_step}: definition_changed, its workflow has another shape "
-            f"now (deploy version {ex.workflow_version} again, or loom migrate)"
-        )
-        return State(StateKind.BLOCKED, reason)  # its next_wake_at is a recheck, not an end
+        return State(StateKind.BLOCKED, _blocked(ex))  # its next_wake_at is a recheck, not an end
     name = _step_name(ex, spec, ex.current_step)
     if ex.status is Status.SLEEPING:
         until = ex.next_wake_at
@@ -110,6 +105,20 @@ def _state(ex: Execution, spec: WorkflowSpec | None, now: float) -> State:
         return State(StateKind.RETRYING, reason, ex.ready_at)
     doing = f"catch handler of step {name}" if ex.catching is not None else f"step {name}"
     return State(StateKind.RUNNING, f"running {doing} (attempt {ex.round_attempt})")
+
+
+def _blocked(ex: Execution) -> str:
+    """``spec`` is None for a BLOCKED execution (no registered version has its shape, or none
+    of its workflow at all): name only the index."""
+    if (ex.blocked or {}).get("reason") == "workflow_not_registered":
+        return (
+            f"blocked on step {ex.current_step}: workflow_not_registered, this deployment has no version of "
+            f"{ex.workflow!r} (register it again and it resumes)"
+        )
+    return (
+        f"blocked on step {ex.current_step}: definition_changed, its workflow has another shape "
+        f"now (deploy version {ex.workflow_version} again, or loom migrate)"
+    )
 
 
 def _waiting(ex: Execution, name: str) -> State:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from engine.errors import NonRetryableError, WorkerLost, WorkflowDefinitionError
+from engine.errors import NonRetryableError, WaitTimeout, WorkerLost, WorkflowDefinitionError
 
 Jitter = Literal["none", "full", "equal"]
 JITTERS: tuple[str, ...] = ("none", "full", "equal")
@@ -87,3 +87,19 @@ def decide(policy: RetryPolicy, error: BaseException, attempt: int, rng: random.
     if attempt >= policy.max_attempts:
         return RetryDecision.give_up("max_attempts")
     return RetryDecision.after(backoff(policy, attempt, rng))
+
+
+def retries_timeouts(policy: RetryPolicy) -> bool:
+    """Whether a wait's timeout under ``policy`` starts another attempt (its description says)."""
+    return policy.max_attempts > 1 and not any(issubclass(WaitTimeout, kind) for kind in policy.no_retry_on)
+
+
+def for_wait(policy: RetryPolicy) -> RetryPolicy:
+    """The policy of a wait whose step names none: ``policy``, except that the wait's timeout
+    (a callback's, a heartbeat's, a signal's, a poll's) is not retried. A retry would wait the
+    whole timeout again, so a "3-day" approval under the default six attempts lasted 18 days;
+    an author who wants that passes ``retry=`` to the wait (DESIGN.md, "Waits"). The wait's own
+    body (a callback's submit, a poll's check) still retries under ``policy``."""
+    if not retries_timeouts(policy):
+        return policy
+    return replace(policy, no_retry_on=(*policy.no_retry_on, WaitTimeout))

@@ -177,6 +177,10 @@ def handle_link(
         if isinstance(st, CallbackHandleSpec):
             return handles.create(parts, ex, spec, st)  # no user code: nothing to guard or time
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
+        if isinstance(exc, UnknownWorkflow) and definitions.workflow_missing(parts.registry, ex):
+            # Its own workflow is not registered here: stop it where it is, as a changed one
+            # (the recheck resumes it once it is registered again; engine/definitions.py).
+            return definitions.block(parts, ex, definitions.WORKFLOW_NOT_REGISTERED)
         # Failing the message would only redeliver it until SQS parks it; fail the execution.
         return attempts.fail_execution(parts, ex, exc, st_name=None)
     # Before the start mark: an at_most_once attempt marked and then killed would count as failed.

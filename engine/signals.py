@@ -97,6 +97,9 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
         return False
     if ex.wait.name != name or ex.status is not Status.WAITING:
         return False
+    if definitions.workflow_missing(parts.registry, ex):
+        definitions.block(parts, ex, definitions.WORKFLOW_NOT_REGISTERED)  # kept as for a changed one
+        return False
     spec = definitions.spec_for(parts, ex)
     if spec is None:
         # Kept, not delivered: its step may be another one now. Delivered on resume (deliver_kept).

@@ -349,6 +349,9 @@ def sweep_one(
         definitions.block(parts, ex)
         return SweepAction.BLOCKED, None
     except (UnknownWorkflow, WorkflowDefinitionError) as exc:
+        if isinstance(exc, UnknownWorkflow) and definitions.workflow_missing(parts.registry, ex):
+            definitions.block(parts, ex, definitions.WORKFLOW_NOT_REGISTERED)  # as a changed one
+            return SweepAction.BLOCKED, None
         attempts.fail_execution(parts, ex, exc, st_name=None)
         return SweepAction.SKIPPED, None
     wake_at = ex.next_wake_at

@@ -21,7 +21,7 @@ from engine.errors import DefinitionChanged, UnknownWorkflow, WorkflowDefinition
 from engine.poll_strategy import Exponential, Fixed, PollStrategy
 from engine.poll_strategy import exponential as exponential  # re-exported: the authoring API
 from engine.poll_strategy import fixed as fixed
-from engine.retry import RetryPolicy
+from engine.retry import RetryPolicy, for_wait, retries_timeouts
 from engine.schedule_expr import CatchUp
 from engine.schedule_expr import parse as parse_schedule
 from engine.serde import DEFAULT, Serializer, check_input_type, check_serializer
@@ -297,6 +297,8 @@ class CallbacksWaitSpec(StepSpec):
 
 WaitSpec = CallbackSpec | SignalSpec | PollSpec | ChildSpec
 WAIT_SPECS = (CallbackSpec, SignalSpec, PollSpec, ChildSpec)
+# The waits with a timeout of their own: it fails the step, unless the step names a retry policy.
+TIMED_WAITS = (CallbackSpec, SignalSpec, PollSpec)
 # The waits that park the execution WAITING (a poll runs its check as a step instead).
 PARKING_WAITS = (CallbackSpec, SignalSpec, ChildSpec, CallbacksWaitSpec)
 
@@ -398,9 +400,11 @@ def wait_for_callback(
 ) -> CallbackSpec:
     """Run ``submit(ctx, token)``, then wait WAITING until the token is completed from outside.
 
-    The completion's ``result`` is the step's result; a failure, a timeout or a missed
-    heartbeat fails the attempt through ``retry`` (a retry runs submit with a new token);
-    once the retries are spent, ``catch(ctx, error)`` runs instead of failing, as for a step.
+    The completion's ``result`` is the step's result; a failure fails the attempt through the
+    retry policy (a retry runs submit with a new token). A timeout or a missed heartbeat fails
+    the step, unless ``retry`` is given here: then it is retried too, each retry waiting the
+    whole timeout again (``retry.for_wait``). Once the step fails, ``catch(ctx, error)`` runs
+    instead of failing, as for a step.
     """
     if not callable(submit):
         raise WorkflowDefinitionError(f"submit {submit!r} is not callable")
@@ -464,7 +468,8 @@ def wait_for_signal(
     step_name: str | None = None,
     catch: CatchFn | None = None,
 ) -> SignalSpec:
-    """Wait for the signal ``name`` sent to this execution (one signal feeds one wait)."""
+    """Wait for the signal ``name`` sent to this execution (one signal feeds one wait). Its
+    timeout fails the step unless ``retry`` is given here (``retry.for_wait``)."""
     _wait_name(name, "signal name")
     _check_catch(catch, name)
     return SignalSpec(
@@ -504,8 +509,9 @@ def wait_until(
     ``initial_state``, and ``return not_yet(new_state)`` checkpoints ``new_state`` for the next
     (``NOT_YET`` keeps the state as it was). Between checks: ``every=`` seconds, or
     ``strategy=fixed(s)`` / ``exponential(initial, factor, max, jitter)``. Bounds, per attempt:
-    ``timeout`` (PollTimeout) and ``max_checks`` (PollExhausted); either fails the attempt
-    through ``retry``, then ``catch`` if given, like any step failure.
+    ``timeout`` (PollTimeout) and ``max_checks`` (PollExhausted); either fails the step, or is
+    retried when ``retry`` is given here (the workflow's policy retries only a failing check),
+    then ``catch`` if given, like any step failure.
     """
     if not callable(check):
         raise WorkflowDefinitionError(f"check {check!r} is not callable")
@@ -623,7 +629,15 @@ class WorkflowSpec:
         return hashlib.sha256(encoded.encode("utf-8")).hexdigest()
 
     def policy_for(self, spec: StepSpec) -> RetryPolicy:
-        return spec.retry or self.retry
+        """The step's own policy, else the workflow's; a timed wait's timeout is retried only
+        when the wait names a policy of its own (``retry.for_wait``)."""
+        if spec.retry is not None:
+            return spec.retry
+        return self._wait_retry if isinstance(spec, TIMED_WAITS) else self.retry
+
+    @cached_property
+    def _wait_retry(self) -> RetryPolicy:
+        return for_wait(self.retry)
 
     def compensation_policy_for(self, spec: StepSpec) -> RetryPolicy:
         return spec.compensate_retry or self.retry
@@ -702,7 +716,10 @@ def _describe_step(spec: WorkflowSpec, i: int, s: Spec) -> dict[str, Any]:
         if s.compensate is not None:
             out["compensate_retry"] = describe_retry(spec.compensation_policy_for(s))
         return out
-    out = {"index": i, "name": s.name, "kind": kind, "retry": describe_retry(spec.policy_for(s)), **_wait_fields(s)}
+    policy = spec.policy_for(s)
+    out = {"index": i, "name": s.name, "kind": kind, "retry": describe_retry(policy), **_wait_fields(s)}
+    if isinstance(s, TIMED_WAITS):
+        out["timeout_retried"] = retries_timeouts(policy)  # else the timeout fails the step: the whole wait
     if s.catch is not None:
         out["catch"] = getattr(s.catch, "__name__", repr(s.catch))
     return out

@@ -51,6 +51,12 @@ Reading aids (engine/progress.py; the CLI's history and the console draw from th
 |                          |                      | record: its row (status RUNNING, FAILED or CANCELLED, |
 |                          |                      | no attempts) is made from the join, not pending       |
 | both                     | ``state.step``       | the step it is at; null once terminal                 |
+| both                     | ``unregistered``     | null, or ``{code, workflow, workflow_version,         |
+|                          |                      | registered_versions, message}`` while this deployment |
+|                          |                      | lacks its definition (code ``workflow_not_registered``|
+|                          |                      | or ``definition_changed``; engine/definitions.py);    |
+|                          |                      | its live callback token is then 409                   |
+|                          |                      | ``workflow_not_registered``, nothing written          |
 | both                     | ``read_at``          | the control plane's clock when it answered (+ epoch)  |
 
 Errors are ``{"error": {"code", "message"}}``: 400 bad JSON, unknown workflow, bad id or
@@ -63,7 +69,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine import children, control, dead_letters, fan_view, progress
+from engine import children, control, dead_letters, definitions, fan_view, progress
 from engine.error_report import error_info
 from engine.errors import (
     ConflictError,
@@ -124,6 +130,11 @@ def _step_names(ex: Execution) -> list[str] | None:
     return None if spec is None else [s.name for s in spec.steps]
 
 
+def _view(ex: Execution) -> dict[str, Any]:
+    """An execution's answer, with ``unregistered`` when this deployment lacks its definition."""
+    return views.execution(ex, _step_names(ex), definitions.registration(wiring.engine().registry, ex))
+
+
 # ---------------------------------------------------------------- executions
 
 
@@ -142,7 +153,7 @@ def start(request: Request) -> dict[str, Any]:
     ex, created = wiring.engine().start(workflow, body.get("input"), execution_id)
     return response(
         201 if created else 200,
-        views.execution(ex, _step_names(ex)),
+        _view(ex),
         {"location": f"/executions/{ex.id}"},
     )
 
@@ -150,7 +161,7 @@ def start(request: Request) -> dict[str, Any]:
 def status(request: Request) -> dict[str, Any]:
     _only(request, frozenset())
     ex = wiring.engine().get(request.params["id"])
-    body = views.execution(ex, _step_names(ex))
+    body = _view(ex)
     body["children"] = children.children_of(wiring.engine(), ex)  # parent: views.execution
     now = wiring.engine().clock.now()
     body["state"] = views.state(progress.state(ex, _spec(ex), now))
@@ -185,6 +196,8 @@ def history(request: Request) -> dict[str, Any]:
         "steps": steps,
         "pending": waiting,
         "state": views.state(progress.state(ex, spec, now)),
+        # Without its definition the steps not run yet are unknown here: ``pending`` is empty, and this says why.
+        "unregistered": views.unregistered(ex, definitions.registration(engine.registry, ex)),
         "events": [views.event(e) for e in progress.events(ex, records)],
         **views.read_at(now),
     }
@@ -242,7 +255,7 @@ def cancel(request: Request) -> dict[str, Any]:
         if not isinstance(compensate, bool):
             raise InvalidInput("'compensate' must be true or false")
     ex = wiring.engine().cancel(request.params["id"], compensate=compensate)
-    return response(200, views.execution(ex, _step_names(ex)))
+    return response(200, _view(ex))
 
 
 def redrive(request: Request) -> dict[str, Any]:
@@ -251,7 +264,7 @@ def redrive(request: Request) -> dict[str, Any]:
     if request.body.strip():
         raise InvalidInput("redrive takes no body")
     ex = wiring.engine().redrive_failed(request.params["id"])
-    return response(200, views.execution(ex, _step_names(ex)))
+    return response(200, _view(ex))
 
 
 MIGRATE_FIELDS = frozenset({"map", "version", "at"})
@@ -271,7 +284,7 @@ def migrate(request: Request) -> dict[str, Any]:
     if at is not None and not isinstance(at, str):
         raise InvalidInput("'at' must be a step name")
     ex = wiring.engine().migrate(request.params["id"], mapping, version, at=at)
-    return response(200, views.execution(ex, _step_names(ex)))
+    return response(200, _view(ex))
 
 
 def workflows(request: Request) -> dict[str, Any]:

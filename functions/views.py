@@ -13,6 +13,7 @@ from typing import Any
 from engine import compensation, progress
 from engine.control import OpenCount
 from engine.dead_letters import DeadLetter, RedriveResult
+from engine.definitions import Missing
 from engine.fan_view import FanPage, OpenStep
 from engine.state import Attempt, Execution, StepRecord
 
@@ -53,7 +54,7 @@ def execution_summary(ex: Execution) -> dict[str, Any]:
     }
 
 
-def execution(ex: Execution, step_names: list[str] | None = None) -> dict[str, Any]:
+def execution(ex: Execution, step_names: list[str] | None = None, missing: Missing | None = None) -> dict[str, Any]:
     out = execution_summary(ex)
     if step_names is not None:
         out["current_step_name"] = step_names[ex.current_step] if ex.current_step < len(step_names) else None
@@ -61,7 +62,22 @@ def execution(ex: Execution, step_names: list[str] | None = None) -> dict[str, A
     out["output"] = ex.context
     out["wait"] = wait(ex)
     out["parent"] = ex.parent
+    out["unregistered"] = unregistered(ex, missing)
     return out
+
+
+def unregistered(ex: Execution, missing: Missing | None) -> dict[str, Any] | None:
+    """Why this deployment cannot run the rest of ``ex`` (engine/definitions.py: its workflow is
+    not registered, or not in its shape); null when it can, or once it has ended (nothing is left)."""
+    if missing is None or ex.terminal:
+        return None
+    return {
+        "code": missing.code.value,
+        "workflow": missing.workflow,
+        "workflow_version": missing.version,
+        "registered_versions": list(missing.registered),
+        "message": missing.message,
+    }
 
 
 def wait(ex: Execution) -> dict[str, Any] | None:

@@ -80,7 +80,14 @@ def check_settled(ctx: StepContext) -> Any:
 class PaymentWebhook:
     steps = [
         reserve_inventory,
-        wait_for_callback("payment", submit=request_payment, timeout=timedelta(hours=1)),
+        # An unanswered payment request is asked again (a new token), up to three times: a wait's
+        # timeout is retried only when the wait names its own policy (engine/retry.py, for_wait).
+        wait_for_callback(
+            "payment",
+            submit=request_payment,
+            timeout=timedelta(hours=1),
+            retry=RetryPolicy(max_attempts=3, base=30, max_delay=300),
+        ),
         wait_until(check_settled, every=timedelta(minutes=5), timeout=timedelta(hours=6)),
         notify_customer,
     ]

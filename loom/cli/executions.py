@@ -175,6 +175,7 @@ EXECUTION_FIELDS = [
     ("version", "version"),
     ("workflow_version", "workflow version"),
     ("blocked", "blocked"),
+    ("unregistered", "not registered"),  # shown only when this stack lacks the workflow
     ("created_at", "created"),
     ("updated_at", "updated"),
     ("next_wake_at", "next wake"),
@@ -209,7 +210,10 @@ def status(client: ControlPlane, args: argparse.Namespace) -> int:
     state = timeline.state_of(body)
     if state:  # what it is doing, in the reader's time zone (an older control plane has no state)
         body = {**body, "doing": timeline.local_reason(state, float(body.get("read_at_epoch") or time.time()))}
-    output.fields(body, [f for f in EXECUTION_FIELDS if f[0] != "doing" or state])
+    missing = timeline.unregistered_line(body)
+    body = {**body, "unregistered": missing}
+    shown = [f for f in EXECUTION_FIELDS if (f[0] != "doing" or state) and (f[0] != "unregistered" or missing)]
+    output.fields(body, shown)
     return 0
 
 

@@ -81,19 +81,58 @@ def wait(client: ControlPlane, args: argparse.Namespace, pace: Pace | None = Non
         pace.sleep(pause)
 
 
+# How far the stack's clock may drift from the reader's between two looks before the watch calls
+# it a jump (``loom time advance``, ``reset``): more than a slow answer's latency, less than any jump.
+JUMP_SECONDS = 5.0
+
+
+@dataclass
+class StackClock:
+    """The stack's clock as the watch reads it: the reader's clock plus the skew the last answer's
+    ``read_at`` showed. Under local time travel the functions' clock is ahead of the reader's, and
+    a countdown must count in theirs, between two answers too."""
+
+    pace: Pace
+    skew: float = 0.0
+    jumps: int = 0  # how many times the skew moved by more than JUMP_SECONDS
+
+    def observe(self, body: dict[str, Any]) -> None:
+        read_at = body.get("read_at_epoch")
+        if not isinstance(read_at, (int, float)):
+            return  # an older control plane: the reader's clock is all there is
+        skew = float(read_at) - self.pace.now()
+        if abs(skew - self.skew) > JUMP_SECONDS:
+            self.jumps += 1
+        self.skew = skew
+
+    def now(self) -> float:
+        return self.pace.now() + self.skew
+
+    def note(self) -> str:
+        """A line under the page when the stack's clock is not the reader's: why the times differ."""
+        if abs(self.skew) <= JUMP_SECONDS:
+            return ""
+        sign = "+" if self.skew > 0 else "-"
+        return f"(the stack's clock is {sign}{timeline.duration(abs(self.skew))} from yours: `loom time show`)\n"
+
+
 def watch(client: ControlPlane, args: argparse.Namespace, pace: Pace | None = None, out: TextIO | None = None) -> int:
-    """Redraw the history when it changes; end when the execution does (exit as ``wait``)."""
+    """Redraw the history when it changes; end when the execution does (exit as ``wait``).
+    Times count from the stack's clock (``StackClock``), so a time jump moves every countdown."""
     pace = pace or PACE
     out = out or sys.stdout
     in_place = out.isatty()
+    clock = StackClock(pace)
     shown = None
     while True:
         body = client.history(args.id)
-        page = timeline.render(body, pace.now(), traceback=args.traceback)
-        # A terminal redraws when the text does (its countdowns move); a pipe or a file only
-        # gets a new page when the execution changed, not for every tick of a countdown.
+        clock.observe(body)
         same = {k: v for k, v in body.items() if not k.startswith("read_at")}  # the clock always moves
-        key = page if in_place else json.dumps(same, sort_keys=True)
+        page = timeline.render(same, clock.now(), traceback=args.traceback) + clock.note()
+        # A terminal redraws when the text does (its countdowns move); a pipe or a file only
+        # gets a new page when the execution changed or the stack's clock jumped, not for
+        # every tick of a countdown.
+        key = page if in_place else json.dumps([same, clock.jumps], sort_keys=True)
         if key != shown:
             out.write(CLEAR if in_place else ("" if shown is None else "\n"))
             out.write(page)

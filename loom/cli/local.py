@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loom import stackfile
+from loom import stack_settings, stackfile
 from loom.cli import console
 from loom.cli.demo import Demo, DemoOptions
 from loom.cli.output import error
@@ -37,7 +37,9 @@ template's three functions (worker, sweeper, control plane) in local processes, 
 way Lambda feeds them (SQS event source, schedule, Function URL).
 
 The data is kept in the state dir (--state-dir, $LOOM_STATE_DIR, default ./.loom): a
-restart of `loom up` finds its executions again; --fresh starts empty. Endpoints and pids
+restart of `loom up` finds its executions again; --fresh starts empty. The --parameter values
+and $SOURCES a stack started with are remembered there too (stack_settings.json): a restart
+without them reuses them and says so (NAME= forgets one, --forget-parameters all). Endpoints and pids
 go to <state dir>/stack.json, where `loom` and the chaos kit find them. A web console is
 served on 127.0.0.1 (its URL, with a session token, is printed with the endpoints). In the foreground,
 Ctrl-C stops everything; with -d it runs in the background until `loom down`.
@@ -119,7 +121,17 @@ def register(sub: Any) -> None:
         "--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for every function"
     )
     up.add_argument(
-        "--parameter", action="append", default=[], metavar="NAME=VALUE", help="a template parameter override"
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a template parameter override, remembered in the state dir for the next `loom up` "
+        "(NAME= forgets one; $SOURCES is remembered the same way)",
+    )
+    up.add_argument(
+        "--forget-parameters",
+        action="store_true",
+        help="forget the parameters and SOURCES the last `loom up` here ran with; only this command line counts",
     )
     up.add_argument("--endpoint-url", default=None, help="LocalStack's endpoint (default http://localhost:4566)")
     up.add_argument("--stack", default=None, help="--emulator aws: the CloudFormation stack name")
@@ -129,6 +141,9 @@ def register(sub: Any) -> None:
     )
     up.add_argument("--log-file", default=None, help="write function and emulator output here")
     up.add_argument("-d", "--detach", action="store_true", help="run in the background; return once it answers")
+    up.add_argument(
+        "-v", "--verbose", action="store_true", help="print why each function runs as many processes as it does"
+    )
     # The background supervisor `-d` starts: its output is stack.log, which must hold no secret.
     up.add_argument("--detached-supervisor", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--fresh", action="store_true", help="forget the data kept in the state dir and start empty")
@@ -219,8 +234,20 @@ def _answers(url: str | None) -> bool:
         return False
 
 
-def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = True) -> None:
-    """What the stack is; ``secrets=False`` for a log file: the console's URL without its token."""
+def concurrency_line(plans: dict[str, dict[str, Any]], *, verbose: bool = False) -> str:
+    """Each function's process count in one short line; why each count is what it is (the
+    template's cap, an override, an approximation) is --verbose's, and the log's ``stack.concurrency``."""
+    sizes = ", ".join(f"{name.removesuffix('Function')} {plan.get('processes')}" for name, plan in plans.items())
+    # ConcurrencyPlan.approximate: any count the template's cap did not set.
+    guessed = sum(1 for plan in plans.values() if plan.get("source") != "template")
+    if not guessed:
+        return f"{sizes} (the template's caps)"
+    return f"{sizes} ({guessed} approximate{'' if verbose else '; -v says why'})"
+
+
+def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = True, verbose: bool = False) -> None:
+    """What the stack is; ``secrets=False`` for a log file: the console's URL without its token;
+    ``verbose``: the reasons behind the short lines too."""
     out = out or sys.stderr
     out.write(f"loom: {info.get('emulator')} stack up (supervisor pid {info.get('supervisor_pid')})\n")
     checked = " (SigV4 + IAM: the stack file's emulator_credentials)" if info.get("emulator_credentials") else ""
@@ -251,8 +278,11 @@ def _print_endpoints(info: dict[str, Any], out: Any = None, *, secrets: bool = T
     package = info.get("package") or {}
     if package:
         out.write(f"  function package (SOURCES):  {' '.join(package.get('sources', []))}\n")
-    for function, plan in (info.get("concurrency") or {}).items():
-        out.write(f"  concurrency of {function}: {plan.get('note')}\n")
+    plans = info.get("concurrency") or {}
+    if plans:
+        out.write(f"  processes:                   {concurrency_line(plans, verbose=verbose)}\n")
+    for function, plan in plans.items() if verbose else ():
+        out.write(f"    {function}: {plan.get('note')}\n")
     if info.get("sqs_standard_chaos"):
         out.write(f"  standard-queue delivery:     reorder/duplicate at rate {info['sqs_standard_chaos']}\n")
     out.write(f"  stack file:                  {stackfile.path()}\n")
@@ -298,9 +328,33 @@ def cmd_up(args: argparse.Namespace) -> int:
         _end_leftovers(current)
     if args.emulator == "aws":
         return _up_aws(args)
+    try:
+        sources = _remembered(args)
+    except stack_settings.SettingsError as exc:
+        error(str(exc))
+        return 1
     if args.detach:
-        return _up_detached(args)
-    return _up_foreground(args)
+        return _up_detached(args, sources)
+    return _up_foreground(args, sources)
+
+
+def _remembered(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """This command line over what the last `loom up` here ran with (loom/stack_settings.py):
+    ``args.parameter`` becomes the whole set, and the SOURCES to build from is returned. The
+    background supervisor is given the set already resolved: it takes it as it is."""
+    given = _pairs(args.parameter, "--parameter")
+    if args.detached_supervisor:
+        return tuple(os.environ.get("SOURCES", "").split()) or None
+    state = stackfile.state_dir()
+    if args.forget_parameters:
+        stack_settings.forget(state)
+    saved = None if args.forget_parameters else stack_settings.read(state)
+    resolved = stack_settings.resolve(saved, given, os.environ.get("SOURCES"), forget=args.forget_parameters)
+    line = stack_settings.reuse_line(resolved, stack_settings.path(state))
+    if line:
+        sys.stderr.write(line + "\n")
+    args.parameter = [f"{k}={v}" for k, v in sorted(resolved.settings.parameters.items())]
+    return resolved.settings.sources
 
 
 def _up_aws(args: argparse.Namespace) -> int:
@@ -319,7 +373,7 @@ def _up_aws(args: argparse.Namespace) -> int:
     return 0
 
 
-def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
+def _options(args: argparse.Namespace, log_stream: Any = None, sources: tuple[str, ...] | None = None) -> Any:
     return StackOptions(
         emulator=args.emulator,
         host=args.host,
@@ -334,6 +388,7 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
         timeouts={k: float(v) for k, v in _pairs(args.timeout, "--timeout").items()},
         queue_visibility_timeout=args.visibility_timeout,
         parameters=_pairs(args.parameter, "--parameter"),
+        sources=sources,
         region=args.region or REGION,
         endpoint_url=args.endpoint_url,
         localstack_dynamodb=args.localstack_dynamodb,
@@ -347,7 +402,7 @@ def _options(args: argparse.Namespace, log_stream: Any = None) -> Any:
     )
 
 
-def _up_foreground(args: argparse.Namespace) -> int:
+def _up_foreground(args: argparse.Namespace, sources: tuple[str, ...] | None = None) -> int:
     relay = None
     if console.configure(args.log_level, sys.stdout) and not args.log_file:
         relay = console.ConsoleRelay(sys.stdout).start()
@@ -360,7 +415,7 @@ def _up_foreground(args: argparse.Namespace) -> int:
         signal.signal(sig, on_signal)
     try:
         # Reading template.yaml can fail too (a schedule EventBridge rejects): a clear error, not a trace.
-        stack = LocalStack(_options(args, relay.stream if relay else None))
+        stack = LocalStack(_options(args, relay.stream if relay else None, sources))
     except (OSError, KeyError, ValueError) as exc:
         error(f"the stack did not start: {exc}")
         return 1
@@ -374,6 +429,8 @@ def _up_foreground(args: argparse.Namespace) -> int:
         except (EmulatorError, PackageError, OSError, KeyError, ValueError) as exc:
             error(f"the stack did not start: {exc}")
             return 1
+        # Only a stack that started is worth coming back to: a failed start remembers nothing.
+        stack_settings.write(stack_settings.Settings(_pairs(args.parameter, "--parameter"), sources), stack.state_dir)
         if stack.restored:
             sys.stderr.write(
                 f"loom: kept {stack.restored['items']} items and {stack.restored['messages']} messages "
@@ -384,7 +441,9 @@ def _up_foreground(args: argparse.Namespace) -> int:
                     f"loom: not in this template, not restored: {stack.restored['skipped']} "
                     f"(the saved state is kept in {stack.restored['backup']})\n"
                 )
-        _print_endpoints(stack.info, secrets=not args.detached_supervisor)
+        _print_endpoints(
+            stack.info, secrets=not args.detached_supervisor, verbose=args.verbose or args.detached_supervisor
+        )
         if args.reload:
             watcher = SourceWatcher(stack.source_dirs(args.watch), stack.reload_functions).start()
             sys.stderr.write(f"loom: --reload watches {', '.join(map(str, watcher.roots))}\n")
@@ -400,11 +459,13 @@ def _up_foreground(args: argparse.Namespace) -> int:
     return 0
 
 
-def _up_detached(args: argparse.Namespace) -> int:
+def _up_detached(args: argparse.Namespace, sources: tuple[str, ...] | None = None) -> int:
     state = private.private_dir(stackfile.state_dir())
     log_path = Path(args.log_file).resolve() if args.log_file else state / "stack.log"
     argv = _rebuild_argv(args)
     env = {**os.environ, "LOOM_STATE_DIR": str(state)}
+    if sources:
+        env["SOURCES"] = " ".join(sources)  # the remembered list, when the shell has none
     with private.open_append(log_path, binary=True) as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "loom.cli.local", *argv],
@@ -428,7 +489,7 @@ def _up_detached(args: argparse.Namespace) -> int:
             return 1
         info = stackfile.read(state)
         if info and info.get("supervisor_pid") == proc.pid and _answers(info.get("control_plane_url")):
-            _print_endpoints(info)
+            _print_endpoints(info, verbose=args.verbose)
             sys.stderr.write(f"loom: running in the background, logs in {log_path}; `loom down` stops it\n")
             return 0
         progress.tick("functions starting" if info else "emulator starting")
@@ -468,7 +529,9 @@ def _rebuild_argv(args: argparse.Namespace) -> list[str]:
             argv += [flag, value]
     if args.log_file:
         argv += ["--log-file", str(Path(args.log_file).resolve())]
-    argv += [flag for flag, on in (("--fresh", args.fresh), ("--reload", args.reload)) if on]
+    argv += [
+        flag for flag, on in (("--fresh", args.fresh), ("--reload", args.reload), ("--verbose", args.verbose)) if on
+    ]
     return argv
 
 

@@ -140,6 +140,13 @@ def state_of(body: dict[str, Any]) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def unregistered_line(body: dict[str, Any]) -> str:
+    """The answer's ``unregistered`` message (its workflow is not registered in the stack, so the
+    steps not run yet are unknown and its callbacks refused), empty when it is or from an older one."""
+    found = body.get("unregistered")
+    return str(found.get("message") or found.get("code") or "") if isinstance(found, dict) else ""
+
+
 def local_reason(state: dict[str, Any], now: float, tz: tzinfo | None = None) -> str:
     """The state's reason with its UTC wake time told as a compact local time and how far off."""
     reason, until = str(state.get("reason", "")), state.get("until_epoch")
@@ -205,6 +212,9 @@ def render(body: dict[str, Any], now: float, tz: tzinfo | None = None, traceback
     state = state_of(body)
     if state:
         out.write(f"{body.get('id')}  {str(state.get('kind', '')).upper()}  {local_reason(state, now, tz)}\n")
+    missing = unregistered_line(body)
+    if missing:  # why no step is pending: the stack does not have its workflow
+        out.write(f"NOT REGISTERED: {missing}\n")
     events = [e for e in body.get("events") or [] if isinstance(e, dict)]
     first, rest = events[:1], events[1:]
     for e in first:

@@ -499,6 +499,24 @@ def _contract_answers() -> dict[str, Any]:
             ],
         },
         "/workflows": {"workflows": [{"name": "fanout", "steps": [{"index": 0, "name": "split", "kind": "map"}]}]},
+        **_unregistered_answers(state),
+    }
+
+
+UNREGISTERED_ID = "contract-unregistered"
+NOT_REGISTERED = "workflow 'shop' version 1 is not registered in this deployment (test)"
+
+
+def _unregistered_answers(state: dict[str, Any]) -> dict[str, Any]:
+    """An execution whose workflow the stack does not register (issue #25, friction 2)."""
+    missing = {"code": "workflow_not_registered", "workflow": "shop", "workflow_version": 1, "message": NOT_REGISTERED}
+    waiting = {"kind": "waiting", "reason": "waiting for callback approval", "until": None, "until_epoch": None}
+    ex = {"id": UNREGISTERED_ID, "workflow": "shop", "status": "WAITING", "current_step": 0, "attempt": 1}
+    ex |= {"created_at_epoch": T0, "updated_at_epoch": T0, "input": {}, "output": {}, "state": waiting}
+    history = {"id": UNREGISTERED_ID, "state": waiting, "steps": [], "pending": [], "events": []}
+    return {
+        f"/executions/{UNREGISTERED_ID}": {**ex, "unregistered": missing, "children": []},
+        f"/executions/{UNREGISTERED_ID}/history": {**history, "unregistered": missing},
     }
 
 
@@ -550,6 +568,18 @@ def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, con
     assert f"{CONTRACT_ID}--2-1" in table  # the child, nested
     assert not browser.find_elements("css selector", "[data-nav=local]:not([hidden])")  # deployed: no local page
     shot(browser, "execution-contract")
+
+
+def test_an_execution_whose_workflow_is_not_registered_says_so_on_its_page(browser: Any, contract_console: Any) -> None:
+    browser.get(contract_console.url)
+    browser.get(f"{contract_console.base_url}/executions/{UNREGISTERED_ID}")
+    found = wait_until(
+        browser, "the not-registered line", lambda d: d.find_elements("css selector", "[data-unregistered]")
+    )
+    assert found[0].get_attribute("data-unregistered") == "workflow_not_registered"
+    summary = text(browser, "summary")
+    assert "Not registered" in summary and NOT_REGISTERED in summary
+    shot(browser, "execution-not-registered")
 
 
 # ---------------------------------------------------------------- a page on another local port

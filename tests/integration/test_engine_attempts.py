@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from engine import Registry, RetryPolicy, Status, step
+from engine.attempts import fail_execution
+from engine.errors import UnknownWorkflow
 from engine.messages import MessageKind, StepMessage
 from engine.state import StepStatus
 from tests.integration.engine_support import Recorder, Rig, add_workflow, build_rig, dead_letters
@@ -134,13 +136,13 @@ def test_a_recorded_final_failure_fails_the_execution_once_whoever_lost(aws, mak
 
 def test_redrive_failed_at_a_committed_step_rolls_forward_without_running_it(rig, rec, make_engine):
     """The trigger: the step committed, the worker died before the execution moved, and the
-    redelivery reached a worker without the workflow module, which failed the execution."""
+    redelivery reached a worker without the workflow module, which failed the execution (as
+    an older worker did: one now blocks it instead, engine/definitions.py)."""
     rig.engine.start("two", {}, execution_id="r7")
     rig.store.crash_after_commit = 1
     rig.driver.deliver(rig.driver.receive(1))
     assert rig.driver.crashes == ["after_commit"] and rig.engine.history("r7")[0].status is StepStatus.COMPLETED
-    without_module = make_engine(registry=Registry(), store=rig.store, queue=rig.queue)
-    without_module.handle(StepMessage("r7", 0, 1), redelivered=True)
+    fail_execution(rig.engine, rig.engine.get("r7"), UnknownWorkflow("unknown workflow 'two'"), st_name=None)
     failed = rig.engine.get("r7")
     assert failed.status is Status.FAILED and failed.current_step == 0 and failed.error["type"] == "UnknownWorkflow"
     for m in rig.driver.receive():

@@ -181,7 +181,10 @@ def test_a_result_that_is_not_a_dict_fails_the_step(rig):
     assert ex.status is Status.FAILED and ex.error["type"] == "InvalidResult" and "list" in ex.error["message"]
 
 
-def test_unknown_workflow_in_a_message_fails_the_execution_not_the_worker(aws, make_engine, clock, reg):
+def test_unknown_workflow_in_a_message_blocks_the_execution_not_the_worker(aws, make_engine, clock, reg):
+    """A worker without the module (a deploy or a `loom up` without it) stops the execution
+    where it is, BLOCKED, instead of failing work the same code can finish; registered again,
+    the recheck resumes it (issue #25, friction 2)."""
     ghost_reg = Registry()
     add_workflow(ghost_reg, "ghost", [lambda ctx: None])
     starter = build_rig(aws, make_engine, clock, ghost_reg)
@@ -190,11 +193,19 @@ def test_unknown_workflow_in_a_message_fails_the_execution_not_the_worker(aws, m
     worker.driver.pump()
     assert all(r["batchItemFailures"] == [] for r in worker.driver.responses)
     ex = worker.engine.get("ghost")
-    assert ex.status is Status.FAILED and ex.error["type"] == "UnknownWorkflow" and "ghost" in ex.error["message"]
-    assert [d["execution_id"] for d in dead_letters(aws) if d.get("loom") == "failed"] == ["ghost"]
+    assert ex.status is Status.BLOCKED and ex.blocked["reason"] == "workflow_not_registered" and ex.error is None
+    assert not dead_letters(aws)
+    clock.advance(worker.engine.config.blocked_recheck_seconds + 1)
+    worker.engine.sweep()
+    assert worker.engine.get("ghost").status is Status.BLOCKED, "still not registered: still blocked"
+    back = build_rig(aws, make_engine, clock, ghost_reg)  # functions with the module again
+    clock.advance(back.engine.config.blocked_recheck_seconds + 1)
+    back.engine.sweep()
+    back.driver.pump()
+    assert back.engine.get("ghost").status is Status.COMPLETED
 
 
-def test_unknown_workflow_at_a_wake_fails_the_execution(aws, make_engine, clock, reg):
+def test_unknown_workflow_at_a_wake_blocks_the_execution(aws, make_engine, clock, reg):
     ghost_reg = Registry()
     add_workflow(ghost_reg, "ghost_nap", [sleep(seconds=60), lambda ctx: None])
     starter = build_rig(aws, make_engine, clock, ghost_reg)
@@ -203,10 +214,10 @@ def test_unknown_workflow_at_a_wake_fails_the_execution(aws, make_engine, clock,
     worker.queue.visible_at.update(starter.queue.visible_at)
     worker.driver.pump()
     assert all(r["batchItemFailures"] == [] for r in worker.driver.responses)
-    assert worker.engine.get("gw").status is Status.FAILED
+    assert worker.engine.get("gw").status is Status.BLOCKED
 
 
-def test_unknown_workflow_found_by_the_sweeper_fails_the_execution(aws, make_engine, clock, reg):
+def test_unknown_workflow_found_by_the_sweeper_blocks_the_execution(aws, make_engine, clock, reg):
     ghost_reg = Registry()
     add_workflow(ghost_reg, "ghost_nap", [sleep(hours=1), lambda ctx: None])
     starter = build_rig(aws, make_engine, clock, ghost_reg)
@@ -215,7 +226,11 @@ def test_unknown_workflow_found_by_the_sweeper_fails_the_execution(aws, make_eng
     clock.advance(3600)
     worker.engine.sweep()
     ex = worker.engine.get("gs")
-    assert ex.status is Status.FAILED and ex.error["type"] == "UnknownWorkflow"
+    assert ex.status is Status.BLOCKED and ex.blocked == {
+        "reason": "workflow_not_registered",
+        "from": "SLEEPING",
+        "since": ex.updated_at,
+    }
 
 
 @pytest.mark.parametrize(

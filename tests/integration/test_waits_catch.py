@@ -61,7 +61,8 @@ def build(inbox: Inbox, runs: Runs, handled: Handled) -> Registry:
     beat = wait_for_callback("job", submit=inbox.submit, timeout=86_400, heartbeat_timeout=600, catch=handled)
     reg.add(build_spec("hb", [beat, after], ONCE))
     # Two attempts: a worker lost in the handler counts as a failed attempt of it, as in a step's.
-    reg.add(build_spec("sig", [wait_for_signal("shipped", timeout=7200, catch=handled), after], TWICE))
+    # The signal's timeout is retried only because the wait names a policy (retry.for_wait).
+    reg.add(build_spec("sig", [wait_for_signal("shipped", timeout=7200, catch=handled, retry=TWICE), after], TWICE))
     reg.add(build_spec("poll", [wait_until(never, every=60, timeout=300, catch=handled), after], ONCE))
     reg.add(build_spec("poll_broken", [wait_until(broken, every=60, catch=handled), after], ONCE))
     reg.add(build_spec("bad_kid", [fails], ONCE))

@@ -127,8 +127,9 @@ def test_a_short_poll_rides_sqs_delays_and_times_out_through_the_policy() -> Non
     reg.add(
         build_spec(
             "never",
-            [wait_until(poller([NOT_YET]), every=300, timeout=1200)],
-            RetryPolicy(max_attempts=2, base=1, jitter="none"),
+            # The wait's own policy: the workflow's would not retry a timeout.
+            [wait_until(poller([NOT_YET]), every=300, timeout=1200, retry=RetryPolicy(max_attempts=2, jitter="none"))],
+            RetryPolicy(max_attempts=1),
         )
     )
     with WorkflowTest(reg, backend="moto") as t:

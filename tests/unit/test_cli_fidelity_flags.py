@@ -57,9 +57,9 @@ def test_the_endpoints_say_when_concurrency_is_an_approximation() -> None:
         },
         "sqs_standard_chaos": 0.1,
     }
-    local_cli._print_endpoints(info, out)
+    local_cli._print_endpoints(info, out, verbose=True)
     text = out.getvalue()
-    assert "concurrency of WorkerFunction: 2 process(es): ... an approximation" in text
+    assert "WorkerFunction: 2 process(es): ... an approximation" in text
     assert "standard-queue delivery" in text and "0.1" in text
 
 

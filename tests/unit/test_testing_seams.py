@@ -56,8 +56,16 @@ def _registry(world: World) -> Registry:
 
     @workflow("seam_beat", registry=reg)
     class Beat:
-        steps = [wait_for_callback("job", submit=submit, timeout=86_400, heartbeat_timeout=600)]
-        retry = RetryPolicy(max_attempts=2, base=1, jitter="none")
+        # A missed heartbeat starts a new attempt only because the wait asks for it.
+        steps = [
+            wait_for_callback(
+                "job",
+                submit=submit,
+                timeout=86_400,
+                heartbeat_timeout=600,
+                retry=RetryPolicy(max_attempts=2, jitter="none"),
+            )
+        ]
 
     @workflow("seam_caught_fanout", registry=reg)
     class CaughtFanout:

@@ -219,6 +219,8 @@
       ["Updated", when(ex.updated_at_epoch)],
     ];
     if (ex.parent) facts.push(["Parent", executionLink(ex.parent)]);
+    // This stack lacks its workflow: no step is pending and its callbacks are refused until it is registered.
+    if (ex.unregistered) facts.push(["Not registered", h("span", { class: "error-text", "data-unregistered": ex.unregistered.code }, ex.unregistered.message)]);
     if (ex.error) facts.push(["Error", h("span", { class: "error-text" }, errorLine(ex.error))]);
     $("summary").replaceChildren(...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
     const terminal = TERMINAL.has(ex.status);
