@@ -26,7 +26,6 @@ from engine.workflow import wait_for_callback
 from loom import stack_settings, stackfile
 from loom.cli import follow
 from loom.cli import local as local_cli
-from loom.local import stack as local_stack
 from loom.testing import WorkflowTest
 
 README = Path(__file__).resolve().parents[2] / "loom" / "testing" / "README.md"
@@ -251,7 +250,7 @@ def _up(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
 def restartable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOOM_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("SOURCES", raising=False)
-    monkeypatch.setattr(local_stack, "LocalStack", _Started)
+    monkeypatch.setattr(local_cli, "LocalStack", _Started)
     monkeypatch.setattr(local_cli, "threading", argparse.Namespace(Event=_Stopped))
     monkeypatch.setattr(signal, "signal", lambda *a: None)  # _up_foreground installs its own handlers
     monkeypatch.setattr(local_cli, "_print_endpoints", lambda *a, **k: None)
@@ -292,7 +291,7 @@ def test_a_failed_start_remembers_nothing_and_a_detached_start_hands_the_setting
     stack_settings.write(
         stack_settings.Settings({"WorkflowModules": "myapp.flows"}, ("engine", "/p/myapp")), restartable
     )
-    monkeypatch.setattr(local_stack, "LocalStack", Broken)
+    monkeypatch.setattr(local_cli, "LocalStack", Broken)
     code, _, err = _up(capsys, "--parameter", "WorkflowModules=other")
     assert code == 1 and "port taken" in err
     assert stack_settings.read(restartable) == stack_settings.Settings(
