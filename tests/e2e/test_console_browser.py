@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
+DOCS = ROOT / "docs" / "console"
+WIDTH = 1400
 CHROMEDRIVER = "/usr/bin/chromedriver"
 EVIL = "http://evil.example"
 CHROMIUM_FLAGS = (
@@ -43,7 +45,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1366,900",
+    "--window-size=1400,900",
 )
 
 
@@ -114,9 +116,42 @@ def wait_until(driver: Any, what: str, check: Any, timeout: float = 20.0) -> Any
 def shot(driver: Any, name: str) -> None:
     """The whole page: the window grows to the document's height for the picture."""
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(1366, min(max(900, height + 140), 5000))
+    driver.set_window_size(WIDTH, min(max(900, height + 140), 5000))
     driver.save_screenshot(str(REPORTS / f"console-{name}.png"))
-    driver.set_window_size(1366, 900)
+    driver.set_window_size(WIDTH, 900)
+
+
+def doc_shot(driver: Any, name: str) -> None:
+    """The picture docs/console/README.md shows: the first screen only, so the PNG stays small."""
+    driver.set_window_size(WIDTH, 900)
+    driver.execute_script("window.scrollTo(0, 0)")
+    DOCS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(DOCS / f"{name}.png"))
+
+
+def single_line(driver: Any, element: Any) -> bool:
+    """True when the element's text is drawn on one line (a wrapped text has a box per line)."""
+    return bool(
+        driver.execute_script(
+            "const r = document.createRange(); r.selectNodeContents(arguments[0]);"
+            "return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size === 1;",
+            element,
+        )
+    )
+
+
+def fits(driver: Any) -> bool:
+    """No horizontal scrolling: the page is no wider than the window."""
+    return bool(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def cells(row: Any) -> dict[str, str]:
+    """A list row's cells by their class (step, started, ended, took, age)."""
+    out = {}
+    for cell in row.find_elements("css selector", "td"):
+        for name in (cell.get_attribute("class") or "").split():
+            out[name] = cell.text
+    return out
 
 
 def text(driver: Any, element_id: str) -> str:
@@ -427,6 +462,58 @@ def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: An
     mark = wait_until(browser, "the chaos mark", lambda d: rows_with_state(d, "chaos"))
     assert "signal bursts" in mark[0].text and "recovered in" in mark[0].text
     shot(browser, "execution-chaos")
+
+
+# ---------------------------------------------------------------- the console as a user judges it (issue 25)
+
+
+def test_the_list_shows_start_end_duration_and_finds_an_execution_by_id(browser: Any, stack: LocalStack) -> None:
+    ended = start(stack.api, "order_saga", {"order_id": "cols-1", "amount": 9})
+    waiting = start(stack.api, "order_approval", {"order_id": "cols-2"})
+    wait_status(stack.api, ended, "COMPENSATED")
+    wait_status(stack.api, waiting, "WAITING")
+    open_page(browser, stack, "/")
+    wait_until(browser, "the rows", lambda d: d.find_elements("css selector", f"tr[data-id='{waiting}']"))
+    done = cells(browser.find_element("css selector", f"tr[data-id='{ended}']"))
+    assert done["step"] == "", "an ended execution has no current step"
+    stamp = r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d"  # the date only when not today (or not the start's day)
+    assert re.fullmatch(stamp, done["started"]) and re.fullmatch(stamp, done["ended"]), done
+    assert re.fullmatch(r"\d+(\.\d)?(ms|s)", done["took"]), done
+    live = cells(browser.find_element("css selector", f"tr[data-id='{waiting}']"))
+    assert live["step"].endswith("approval") and live["ended"] == "" and live["took"] == ""
+    for row in browser.find_elements("css selector", "#executions tbody tr td.age"):
+        assert single_line(browser, row), f"the Age cell wraps: {row.text!r}"
+    assert single_line(browser, browser.find_element("xpath", "//th[.='Age']"))
+    assert fits(browser), "the list is wider than the window"
+    doc_shot(browser, "executions")
+    # By id: that one row only; an unknown id says so.
+    browser.find_element("id", "f-id").send_keys(f"  {ended} ")
+    browser.find_element("id", "find-go").click()
+    wait_until(browser, "the one row", lambda d: len(d.find_elements("css selector", "#executions tbody tr")) == 1)
+    assert browser.find_elements("css selector", f"tr[data-id='{ended}']")
+    browser.find_element("id", "f-id").clear()
+    browser.find_element("id", "f-id").send_keys("no-such-execution")
+    browser.find_element("id", "find-go").click()
+    wait_until(browser, "the miss", lambda d: "No execution has the id no-such-execution" in text(d, "executions"))
+    browser.find_element("id", "find-clear").click()
+    wait_until(browser, "the list again", lambda d: d.find_elements("css selector", f"tr[data-id='{ended}']"))
+
+
+def test_ages_are_on_the_wall_clock_when_the_functions_clock_moved(browser: Any, stack: LocalStack) -> None:
+    before = start(stack.api, "order_approval", {"order_id": "age-1"})
+    wait_status(stack.api, before, "WAITING")
+    assert stack.console.kit is not None
+    stack.console.kit.advance({"duration": "3h"})
+    after = start(stack.api, "order_approval", {"order_id": "age-2"})  # stamped on the moved clock
+    wait_status(stack.api, after, "WAITING")
+    open_page(browser, stack, "/")
+    wait_until(browser, "the rows", lambda d: d.find_elements("css selector", f"tr[data-id='{after}']"))
+    for ex_id in (before, after):
+        age = cells(browser.find_element("css selector", f"tr[data-id='{ex_id}']"))["age"]
+        assert re.fullmatch(r"\d+(\.\d)?(ms|s)|[1-9]m( \d+s)?", age), f"{ex_id} is {age!r} old on the wall clock"
+    # The rule itself: a stamp from before the move ages on the wall clock, one after on the moved clock.
+    ages = browser.execute_script("return [Loom.wallAge(1000, 1060, 7200), Loom.wallAge(8150, 1060, 7200)]")
+    assert ages == [60, 110]
 
 
 # ---------------------------------------------------------------- the agreed API fields (issue 13)

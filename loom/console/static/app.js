@@ -87,6 +87,14 @@ const Loom = (() => {
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   }
 
+  // A stamp in short: the time alone when it falls on `sameDayAs`'s date (or today's), else the date too.
+  function whenShort(epoch, sameDayAs) {
+    if (epoch === null || epoch === undefined) return "";
+    const full = when(epoch);
+    const ref = when(sameDayAs ?? Date.now() / 1000);
+    return full.slice(0, 10) === ref.slice(0, 10) ? full.slice(11) : full;
+  }
+
   function duration(seconds) {
     if (seconds === null || seconds === undefined || !isFinite(seconds)) return "";
     if (seconds < 1) return `${Math.round(seconds * 1000)}ms`;
@@ -99,6 +107,27 @@ const Loom = (() => {
       if (out.length === 2) break;
     }
     return out.join(" ");
+  }
+
+  const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED"]);
+
+  // An execution's age on the reader's wall clock. Its stamps are on the functions' clock, which
+  // runs `offset` seconds ahead under local time travel: a stamp past the wall clock was written
+  // after a move, so it is aged against the moved clock; an earlier one against the wall clock.
+  function wallAge(createdEpoch, wallNow, offset) {
+    if (createdEpoch === null || createdEpoch === undefined) return null;
+    const now = createdEpoch > wallNow ? wallNow + (offset || 0) : wallNow;
+    return Math.max(0, now - createdEpoch);
+  }
+
+  // The clock offset of a local stack (0 when deployed), read at most every 10 s.
+  let offsetRead = { at: 0, seconds: 0 };
+  async function clockOffset() {
+    if (Date.now() - offsetRead.at < 10000) return offsetRead.seconds;
+    const me = await console_();
+    const seconds = me.local ? Number((await api("GET", "/local/clock")).offset_seconds) || 0 : 0;
+    offsetRead = { at: Date.now(), seconds };
+    return seconds;
   }
 
   function errorLine(err) {
@@ -176,7 +205,7 @@ const Loom = (() => {
     } catch (err) { fail(err); }
   }
 
-  return { h, api, ApiError, say, fail, when, duration, errorLine, badge, fold, copyButton, executionLink, parseJson, every, info: console_, init };
+  return { h, api, ApiError, say, fail, when, whenShort, duration, TERMINAL, wallAge, clockOffset, errorLine, badge, fold, copyButton, executionLink, parseJson, every, info: console_, init };
 })();
 
 Loom.init();
