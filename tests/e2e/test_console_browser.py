@@ -330,7 +330,8 @@ def test_redrive_a_failed_execution(browser: Any, stack: LocalStack) -> None:
     wait_status(stack.api, ex_id, "FAILED")
     open_page(browser, stack, f"/executions/{ex_id}")
     wait_until(browser, "the failed attempts", lambda d: rows_with_state(d, "failed"))
-    assert "TransientStepError" in text(browser, "timeline")
+    assert "TransientStepError" in text(browser, "summary")
+    assert "the execution's error, above" in text(browser, "timeline")
     shot(browser, "execution-failed")
     browser.find_element("id", "act-redrive").click()
     wait_until(browser, "the redrive's answer", lambda d: "redrive: done" in text(d, "status"))
@@ -346,13 +347,23 @@ def test_a_compensated_saga_shows_its_undo_steps_after_the_forward_ones(browser:
     ex_id = start(stack.api, "order_saga", {"order_id": "saga-1", "amount": 9})
     wait_status(stack.api, ex_id, "COMPENSATED")
     open_page(browser, stack, f"/executions/{ex_id}")
-    wait_until(browser, "the compensation rows", lambda d: "(compensation)" in text(d, "timeline"))
+    wait_until(browser, "the compensation rows", lambda d: d.find_elements("css selector", "#timeline tr.undo"))
     rows = [r.text for r in browser.find_elements("css selector", "#timeline tbody tr")]
-    undo = [i for i, r in enumerate(rows) if "(compensation)" in r]
+    undo = [i for i, r in enumerate(rows) if r.startswith("↩ undo")]
     failed = next(i for i, r in enumerate(rows) if r.startswith("2 ship"))
     assert len(undo) == 2 and min(undo) > failed  # refund and release, after the failure
+    assert [rows[i].split()[2:4] for i in undo] == [["1", "charge_card"], ["0", "reserve_stock"]]
+    assert "#compensate" not in text(browser, "timeline") and "(compensation)" not in text(browser, "timeline")
+    # Drawn apart from the forward rows, not only named apart.
+    undo_row = browser.find_element("css selector", "#timeline tr.undo td")
+    forward_row = browser.find_element("css selector", "#timeline tr[data-step='2'] td")
+    assert undo_row.value_of_css_property("background-color") != forward_row.value_of_css_property("background-color")
     assert "compensated" in text(browser, "summary")
+    # Ended: nothing to deliver a callback or a signal to, so no forms for them.
+    assert not browser.find_element("id", "callback-box").is_displayed()
+    assert not browser.find_element("id", "signal-box").is_displayed()
     shot(browser, "execution-compensated")
+    doc_shot(browser, "execution-compensated")
 
 
 def test_advance_the_clock_and_watch_a_sleeper_wake(browser: Any, stack: LocalStack) -> None:
@@ -511,9 +522,64 @@ def test_ages_are_on_the_wall_clock_when_the_functions_clock_moved(browser: Any,
     for ex_id in (before, after):
         age = cells(browser.find_element("css selector", f"tr[data-id='{ex_id}']"))["age"]
         assert re.fullmatch(r"\d+(\.\d)?(ms|s)|[1-9]m( \d+s)?", age), f"{ex_id} is {age!r} old on the wall clock"
-    # The rule itself: a stamp from before the move ages on the wall clock, one after on the moved clock.
-    ages = browser.execute_script("return [Loom.wallAge(1000, 1060, 7200), Loom.wallAge(8150, 1060, 7200)]")
-    assert ages == [60, 110]
+    # The rule itself: a stamp maps back through the offset in force when it was written.
+    moves = [{"at_epoch": 1000, "offset_seconds": 7200}, {"at_epoch": 1040, "offset_seconds": 18000}]
+    stamps = [900, 1020 + 7200, 1050 + 18000]  # before any move, after the first, after the second
+    ages = browser.execute_script("return arguments[0].map((c) => Loom.wallAge(c, 1060, arguments[1]))", stamps, moves)
+    assert ages == [160, 40, 10]
+
+
+def test_a_failed_execution_fits_the_window_and_says_its_error_once(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "poison_pill", {"order_id": "once-1"})
+    wait_status(stack.api, ex_id, "FAILED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the failed row", lambda d: rows_with_state(d, "failed"))
+    message = "the downstream service rejects this request every time"
+    main = browser.find_element("id", "main")
+    assert main.get_attribute("innerText").count(message) == 1, "the error is said once, in the summary"
+    assert "Now" not in text(browser, "summary") and "Ended at step" in text(browser, "summary")
+    # The step that never ran has no bar; the forms for callbacks and signals are gone.
+    (never,) = rows_with_state(browser, "not_run")
+    assert not never.find_elements("css selector", ".fill")
+    assert not browser.find_element("id", "forms").is_displayed()
+    # The traceback starts at the user's frame, not the engine's.
+    fold = browser.find_element("css selector", "#summary details.traceback")
+    fold.find_element("tag name", "summary").click()
+    trace = fold.find_element("tag name", "pre").text.strip().splitlines()
+    assert trace[0].startswith("workflows/examples.py:") and "engine/" not in trace[0], trace
+    assert "engine frame" in trace[-1]
+    doc_shot(browser, "execution-failed")
+    # Every fold open (attempts, tracebacks, results): still no wider than the window, text wraps at words.
+    for summary in browser.find_elements("css selector", "#timeline details:not([open]) > summary"):
+        if summary.is_displayed():
+            summary.click()
+    for summary in browser.find_elements("css selector", "#timeline details:not([open]) > summary"):
+        if summary.is_displayed():
+            summary.click()
+    wide = browser.execute_script(
+        "return [...document.querySelectorAll('#main *')].filter((e) => e.getBoundingClientRect().right > innerWidth)"
+        ".map((e) => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 12)"
+    )
+    assert fits(browser), f"the execution page is wider than the window: {wide}"
+    table = browser.find_element("id", "timeline")
+    assert table.size["width"] <= browser.execute_script("return window.innerWidth")
+    for err in browser.find_elements("css selector", "#timeline .error-text"):
+        assert err.value_of_css_property("word-break") == "normal"
+        assert err.value_of_css_property("overflow-wrap") in ("normal", "break-word")
+
+
+def test_a_waiting_steps_bar_is_its_time_so_far_not_its_timeout(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "payment_webhook", {"order_id": "bar-1", "amount": 5})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    (waiting,) = wait_until(browser, "the waiting row", lambda d: rows_with_state(d, "waiting"))
+    label = waiting.find_element("css selector", ".track").get_attribute("aria-label")
+    assert re.fullmatch(r"waiting \d+(\.\d)?(ms|s)", label), f"the bar draws {label!r}, not the time waited so far"
+    # The time axis runs to now, not to the wait's 3-hour timeout: the steps that ran keep their room.
+    assert int(browser.find_element("id", "timeline").get_attribute("data-span-seconds")) < 600
+    assert "(timeout " in waiting.text, "the timeout is said in words"
+    assert browser.find_element("id", "callback-box").is_displayed(), "a waiting execution offers the callback form"
+    doc_shot(browser, "execution-waiting")
 
 
 # ---------------------------------------------------------------- the agreed API fields (issue 13)

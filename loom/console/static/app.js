@@ -112,22 +112,27 @@ const Loom = (() => {
   const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED"]);
 
   // An execution's age on the reader's wall clock. Its stamps are on the functions' clock, which
-  // runs `offset` seconds ahead under local time travel: a stamp past the wall clock was written
-  // after a move, so it is aged against the moved clock; an earlier one against the wall clock.
-  function wallAge(createdEpoch, wallNow, offset) {
+  // local time travel moves ahead: each move ({at_epoch: wall clock, offset_seconds}) starts a
+  // stretch of wall time with its own offset, and a stamp maps back through the stretch it fell in.
+  function wallAge(createdEpoch, wallNow, moves) {
     if (createdEpoch === null || createdEpoch === undefined) return null;
-    const now = createdEpoch > wallNow ? wallNow + (offset || 0) : wallNow;
-    return Math.max(0, now - createdEpoch);
+    const stretches = [{ from: -Infinity, offset: 0 }, ...(moves || []).map((m) => ({ from: m.at_epoch, offset: m.offset_seconds }))];
+    for (let i = stretches.length - 1; i >= 0; i--) {
+      const wall = createdEpoch - stretches[i].offset;
+      const to = i + 1 < stretches.length ? stretches[i + 1].from : Infinity;
+      if (wall >= stretches[i].from && wall < to) return Math.max(0, wallNow - wall);
+    }
+    return Math.max(0, wallNow - createdEpoch);
   }
 
-  // The clock offset of a local stack (0 when deployed), read at most every 10 s.
-  let offsetRead = { at: 0, seconds: 0 };
-  async function clockOffset() {
-    if (Date.now() - offsetRead.at < 10000) return offsetRead.seconds;
+  // A local stack's clock moves (none when deployed), read at most every 10 s.
+  let movesRead = { at: 0, moves: [] };
+  async function clockMoves() {
+    if (Date.now() - movesRead.at < 10000) return movesRead.moves;
     const me = await console_();
-    const seconds = me.local ? Number((await api("GET", "/local/clock")).offset_seconds) || 0 : 0;
-    offsetRead = { at: Date.now(), seconds };
-    return seconds;
+    const moves = me.local ? (await api("GET", "/local/clock")).moves || [] : [];
+    movesRead = { at: Date.now(), moves };
+    return moves;
   }
 
   function errorLine(err) {
@@ -205,7 +210,7 @@ const Loom = (() => {
     } catch (err) { fail(err); }
   }
 
-  return { h, api, ApiError, say, fail, when, whenShort, duration, TERMINAL, wallAge, clockOffset, errorLine, badge, fold, copyButton, executionLink, parseJson, every, info: console_, init };
+  return { h, api, ApiError, say, fail, when, whenShort, duration, TERMINAL, wallAge, clockMoves, errorLine, badge, fold, copyButton, executionLink, parseJson, every, info: console_, init };
 })();
 
 Loom.init();

@@ -1,7 +1,7 @@
 // Executions: filters, counts by status, a page of rows, paging by next_cursor, live refresh.
 "use strict";
 (() => {
-  const { h, api, ApiError, fail, say, when, whenShort, duration, TERMINAL, wallAge, clockOffset, errorLine, badge, copyButton, executionLink, every } = Loom;
+  const { h, api, ApiError, fail, say, when, whenShort, duration, TERMINAL, wallAge, clockMoves, errorLine, badge, copyButton, executionLink, every } = Loom;
   const STATUSES = ["RUNNING", "SLEEPING", "WAITING", "BLOCKED", "COMPLETED", "FAILED", "CANCELLED", "COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED"];
   const COUNT_WINDOW = 500;
   const params = new URLSearchParams(location.search);
@@ -30,10 +30,10 @@
   }
 
   // An ended execution's last update is its end; its duration runs from start to end.
-  function row(ex, wallNow, offset) {
+  function row(ex, wallNow, moves) {
     const err = errorLine(ex.error);
     const ended = TERMINAL.has(ex.status) ? ex.updated_at_epoch : null;
-    const age = wallAge(ex.created_at_epoch, wallNow, offset);
+    const age = wallAge(ex.created_at_epoch, wallNow, moves);
     return h("tr", { "data-id": ex.id },
       h("td", { class: "id" }, executionLink(ex.id), " ", copyButton(ex.id, `execution id ${ex.id}`)),
       h("td", {}, ex.workflow),
@@ -59,18 +59,18 @@
       : `All ${page.executions.length} executions${f.workflow ? " of " + f.workflow : ""}.`;
   }
 
-  function showRows(executions, offset, empty) {
+  function showRows(executions, moves, empty) {
     const wallNow = Date.now() / 1000;
     const body = $("executions").querySelector("tbody");
-    body.replaceChildren(...executions.map((ex) => row(ex, wallNow, offset)));
+    body.replaceChildren(...executions.map((ex) => row(ex, wallNow, moves)));
     if (!executions.length) body.append(h("tr", {}, h("td", { colspan: COLUMNS, class: "muted" }, empty)));
   }
 
   async function loadPage() {
     const f = filters();
     const cursor = state.cursors[state.page];
-    const [page, offset] = await Promise.all([api("GET", `/api/executions?${query({ ...f, cursor })}`), clockOffset()]);
-    showRows(page.executions, offset, "No execution matches.");
+    const [page, moves] = await Promise.all([api("GET", `/api/executions?${query({ ...f, cursor })}`), clockMoves()]);
+    showRows(page.executions, moves, "No execution matches.");
     state.next = page.next_cursor;
     $("next").disabled = !page.next_cursor;
     $("prev").disabled = state.page === 0;
@@ -85,7 +85,7 @@
     } catch (err) {
       if (!(err instanceof ApiError) || (err.status !== 404 && err.status !== 400)) throw err;
     }
-    showRows(found, await clockOffset(), `No execution has the id ${wanted}.`);
+    showRows(found, await clockMoves(), `No execution has the id ${wanted}.`);
     $("next").disabled = true;
     $("prev").disabled = true;
     $("page-note").textContent = `The execution with id ${wanted}`;
