@@ -391,7 +391,7 @@ def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
     open_page(browser, stack, "/workflows")
     wait_until(browser, "the workflows", lambda d: d.find_elements("id", "wf-order_saga"))
     saga = text(browser, "wf-order_saga")
-    assert "compensated by" in saga and "retry:" in saga
+    assert "compensated by" in saga and "retry unless a step says otherwise: up to 3 attempts" in saga
     assert "sleeps 1h" in text(browser, "wf-order_fulfillment")
     assert "waits for signal" in text(browser, "wf-order_approval")
     nightly = text(browser, "wf-nightly_report")
@@ -580,6 +580,44 @@ def test_a_waiting_steps_bar_is_its_time_so_far_not_its_timeout(browser: Any, st
     assert "(timeout " in waiting.text, "the timeout is said in words"
     assert browser.find_element("id", "callback-box").is_displayed(), "a waiting execution offers the callback form"
     doc_shot(browser, "execution-waiting")
+
+
+def test_the_workflows_page_has_an_index_says_the_default_once_and_starts_an_execution(
+    browser: Any, stack: LocalStack
+) -> None:
+    names = [w["name"] for w in ok(stack.api, "GET", "/workflows")["workflows"]]
+    open_page(browser, stack, "/workflows")
+    wait_until(browser, "the index", lambda d: d.find_elements("css selector", "#wf-index a"))
+    index = [a.text for a in browser.find_elements("css selector", "#wf-index a")]
+    assert index == names and all(
+        a.get_attribute("href").endswith(f"#wf-{n}")
+        for a, n in zip(browser.find_elements("css selector", "#wf-index a"), names, strict=True)
+    )
+    page = text(browser, "workflows")
+    assert "1 step;" in text(browser, "wf-courier_booking") and not re.search(r"\b1 steps\b", page)
+    # The default policy is said once, at the top; only a step with its own policy says it again.
+    fulfillment = text(browser, "wf-order_fulfillment")
+    assert fulfillment.count("up to 5 attempts") == 1, fulfillment
+    assert fulfillment.count("retry:") == 1 and "at most once · retry: up to 3 attempts" in fulfillment
+    assert text(browser, "wf-order_saga").count("retry:") == 0
+    doc_shot(browser, "workflows")
+    # Start one from its section: bad input first (nothing starts), then a good one.
+    box = browser.find_element("css selector", "#wf-order_approval details.start-box")
+    box.find_element("tag name", "summary").click()
+    field = browser.find_element("id", "start-input-order_approval")
+    field.clear()
+    field.send_keys("[1, 2]")
+    box.find_element("css selector", "button[type=submit]").click()
+    wait_until(browser, "the complaint", lambda d: "must be a JSON object" in text(d, "status"))
+    assert browser.current_url.endswith("/workflows")
+    field.clear()
+    field.send_keys('{"order_id": "from-the-workflows-page"}')
+    browser.find_element("id", "start-id-order_approval").send_keys("wf-page-start-1")
+    box.find_element("css selector", "button[type=submit]").click()
+    wait_until(browser, "the new execution's page", lambda d: d.current_url.endswith("/executions/wf-page-start-1"))
+    started = wait_status(stack.api, "wf-page-start-1", "WAITING")
+    assert started["workflow"] == "order_approval" and started["input"] == {"order_id": "from-the-workflows-page"}
+    wait_until(browser, "its summary", lambda d: "order_approval" in text(d, "summary"))
 
 
 # ---------------------------------------------------------------- the agreed API fields (issue 13)

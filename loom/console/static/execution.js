@@ -156,7 +156,7 @@
   function plainRow(label, kind, text, start, end, span, nested, detail) {
     return h("tr", { class: nested || "", "data-state": kind },
       h("td", {}, label), h("td", {}, badge(kind), text ? h("div", { class: "muted" }, text) : null),
-      h("td", { class: "when" }, when(start)), h("td", {}, start && end ? duration(end - start) : ""),
+      h("td", { class: "when" }, when(start)), h("td", {}, start && end ? duration(end - start) : start ? `${duration(span.end - start)} so far` : ""),
       bar(kind, start, end, span), h("td", {}, detail || ""));
   }
 
