@@ -620,6 +620,25 @@ def test_the_workflows_page_has_an_index_says_the_default_once_and_starts_an_exe
     wait_until(browser, "its summary", lambda d: "order_approval" in text(d, "summary"))
 
 
+def test_the_dlq_says_when_each_message_was_parked_and_that_no_redrive_ran_yet(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "poison_pill", {"order_id": "parked-1"})
+    wait_status(stack.api, ex_id, "FAILED")
+
+    def letter() -> Any:
+        found = [m for m in ok(stack.api, "GET", "/dlq?limit=100")["messages"] if m["execution_id"] == ex_id]
+        return found[0] if found else None
+
+    parked_at = wait_for("its parked record", letter, timeout=30)["body"]["failed_at"]
+    open_page(browser, stack, "/dlq")
+    row = wait_until(browser, "its row", lambda d: d.find_element("xpath", f"//tr[td/a[.='{ex_id}']]"))
+    headers = [th.text for th in browser.find_elements("css selector", "#dlq thead th")]
+    assert "Parked" in headers and "Sent" not in headers
+    shown = row.find_element("css selector", "td.parked").text
+    assert shown == browser.execute_script("return Loom.when(arguments[0])", parked_at), "the time the engine parked it"
+    assert "No redrive yet" in text(browser, "results")
+    doc_shot(browser, "dlq")
+
+
 # ---------------------------------------------------------------- the agreed API fields (issue 13)
 
 CONTRACT_ID = "contract-1"
