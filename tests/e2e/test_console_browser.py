@@ -703,7 +703,50 @@ def _contract_answers() -> dict[str, Any]:
             ],
         },
         "/workflows": {"workflows": [{"name": "fanout", "steps": [{"index": 0, "name": "split", "kind": "map"}]}]},
+        **_map_answers(),
     }
+
+
+MAP_ID = "map-200"
+
+
+def _map_answers() -> dict[str, Any]:
+    """A map of 200 items, 150 done, 10 failed, 40 running: its first page of 50 item rows."""
+
+    def item(i: int) -> dict[str, Any]:
+        status = "FAILED" if i % 5 == 4 and i < 50 else "COMPLETED"
+        return {"index": i, "status": status, "attempts": [], "duration_seconds": 0.2, "name": f"sku-{i}"}
+
+    ex = {
+        "id": MAP_ID,
+        "workflow": "fanout",
+        "status": "RUNNING",
+        "current_step": 0,
+        "current_step_name": "split",
+        "attempt": 1,
+        "created_at_epoch": T0,
+        "updated_at_epoch": T0 + 30,
+        "input": {},
+        "output": {},
+        "state": {"kind": "running", "reason": "running step split: 160 of 200 items done", "until_epoch": None},
+    }
+    step = {
+        "index": 0,
+        "name": "split",
+        "kind": "map",
+        "phase": "forward",
+        "status": "RUNNING",
+        "attempts": [],
+        "started_at_epoch": T0,
+        "items": [item(i) for i in range(50)],
+        "items_next": 50,
+        "n": 200,
+        "ok": 150,
+        "failed": 10,
+        "decided": None,
+    }
+    history = {"id": MAP_ID, "steps": [step], "pending": [], "events": [], "read_at_epoch": T0 + 31}
+    return {f"/executions/{MAP_ID}": ex, f"/executions/{MAP_ID}/history": history}
 
 
 @pytest.fixture(scope="module")
@@ -754,6 +797,23 @@ def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, con
     assert f"{CONTRACT_ID}--2-1" in table  # the child, nested
     assert not browser.find_elements("css selector", "[data-nav=local]:not([hidden])")  # deployed: no local page
     shot(browser, "execution-contract")
+
+
+def test_a_map_of_200_items_shows_its_progress_before_its_rows(browser: Any, contract_console: Any) -> None:
+    browser.get(contract_console.url)
+    browser.get(f"{contract_console.base_url}/executions/{MAP_ID}")
+    progress = wait_until(browser, "the progress row", lambda d: d.find_element("css selector", "tr.progress-row"))
+    assert "150 succeeded, 10 failed of 200; 40 running or to come" in progress.text
+    rows = browser.find_elements("css selector", "#timeline tbody tr")
+    at = rows.index(progress)
+    assert rows[at - 1].get_attribute("data-step") == "0" and rows[at + 1].text.startswith("0.0 sku-0")
+    track = progress.find_element("css selector", ".progress").size["width"]
+    widths = {
+        seg.get_attribute("class").split()[1]: seg.size["width"] / track
+        for seg in progress.find_elements("css selector", ".seg")
+    }
+    assert widths == pytest.approx({"completed": 0.75, "failed": 0.05, "pending": 0.2}, abs=0.01)
+    doc_shot(browser, "execution-map")
 
 
 # ---------------------------------------------------------------- a page on another local port

@@ -135,16 +135,27 @@
           started_at_epoch: start, finished_at_epoch: end, duration_seconds: item.duration_seconds, result: item.result, error: item.error },
         String(item.status || "pending").toLowerCase(), span, { nested: "nested" });
     });
-    if (step.n != null && step.items) {
-      const counts = `${step.ok} succeeded, ${step.failed} failed of ${step.n}${step.decided ? `; join ${step.decided.toLowerCase()}` : ""}`;
-      rows.unshift(h("tr", { class: "nested", "data-state": "items" }, h("td", {}, "items"), h("td", { colspan: "5", class: "muted" }, counts)));
-    }
+    if (step.n != null && step.items) rows.unshift(progressRow(step));
     if (next != null) {
       const button = h("button", { type: "button" }, `more items (from ${next})`);
       button.addEventListener("click", () => moreItems(step.index, items, next).catch(fail));
       rows.push(h("tr", { class: "nested" }, h("td", {}, ""), h("td", { colspan: "5" }, button)));
     }
     return rows;
+  }
+
+  // A fan-out at a glance, before its pages of item rows: the join's counts and one bar of them.
+  function progressRow(step) {
+    const rest = Math.max(0, step.n - step.ok - step.failed);
+    const restWord = TERMINAL.has((latest && latest.status) || "") ? "not run" : "running or to come";
+    const parts = [["completed", step.ok, "succeeded"], ["failed", step.failed, "failed"], ["pending", rest, restWord]];
+    const counts = `${step.ok} succeeded, ${step.failed} failed of ${step.n}${rest ? `; ${rest} ${restWord}` : ""}${step.decided ? `; join ${step.decided.toLowerCase()}` : ""}`;
+    const bar = h("div", { class: "progress", role: "img", "aria-label": counts },
+      parts.filter(([, n]) => n > 0).map(([kind, n, word]) =>
+        h("span", { class: `seg ${kind}`, "data-count": n, title: `${n} ${word}` })));
+    for (const seg of bar.children) seg.style.width = `${((Number(seg.dataset.count) / Math.max(1, step.n)) * 100).toFixed(2)}%`;
+    return h("tr", { class: "nested progress-row", "data-state": "items" }, h("td", {}, "items"),
+      h("td", { colspan: "5" }, h("div", { class: "muted" }, counts), bar));
   }
 
   async function moreItems(index, have, from) {
