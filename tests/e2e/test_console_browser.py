@@ -121,10 +121,14 @@ def shot(driver: Any, name: str) -> None:
     driver.set_window_size(WIDTH, 900)
 
 
-def doc_shot(driver: Any, name: str) -> None:
-    """The picture docs/console/README.md shows: the first screen only, so the PNG stays small."""
+def doc_shot(driver: Any, name: str, at: str | None = None) -> None:
+    """The picture docs/console/README.md shows: one screen (from the element `at` selects, else
+    the top), so the PNG stays small."""
     driver.set_window_size(WIDTH, 900)
-    driver.execute_script("window.scrollTo(0, 0)")
+    if at is None:
+        driver.execute_script("window.scrollTo(0, 0)")
+    else:
+        driver.execute_script("arguments[0].scrollIntoView()", driver.find_element("css selector", at))
     DOCS.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(DOCS / f"{name}.png"))
 
@@ -363,7 +367,7 @@ def test_a_compensated_saga_shows_its_undo_steps_after_the_forward_ones(browser:
     assert not browser.find_element("id", "callback-box").is_displayed()
     assert not browser.find_element("id", "signal-box").is_displayed()
     shot(browser, "execution-compensated")
-    doc_shot(browser, "execution-compensated")
+    doc_shot(browser, "execution-compensated", at="#tl-h")
 
 
 def test_advance_the_clock_and_watch_a_sleeper_wake(browser: Any, stack: LocalStack) -> None:
@@ -572,12 +576,21 @@ def test_a_waiting_steps_bar_is_its_time_so_far_not_its_timeout(browser: Any, st
     ex_id = start(stack.api, "payment_webhook", {"order_id": "bar-1", "amount": 5})
     wait_status(stack.api, ex_id, "WAITING")
     open_page(browser, stack, f"/executions/{ex_id}")
-    (waiting,) = wait_until(browser, "the waiting row", lambda d: rows_with_state(d, "waiting"))
-    label = waiting.find_element("css selector", ".track").get_attribute("aria-label")
+
+    # The page redraws every 2 s while it waits: each look reads the row afresh (a redraw retries).
+    def look(d: Any) -> tuple[str, str, int] | None:
+        found = rows_with_state(d, "waiting")
+        if len(found) != 1:
+            return None
+        row = found[0]
+        span = int(d.find_element("id", "timeline").get_attribute("data-span-seconds"))
+        return row.find_element("css selector", ".track").get_attribute("aria-label"), row.text, span
+
+    label, row_text, span = wait_until(browser, "the waiting row", look)
     assert re.fullmatch(r"waiting \d+(\.\d)?(ms|s)", label), f"the bar draws {label!r}, not the time waited so far"
     # The time axis runs to now, not to the wait's 3-hour timeout: the steps that ran keep their room.
-    assert int(browser.find_element("id", "timeline").get_attribute("data-span-seconds")) < 600
-    assert "(timeout " in waiting.text, "the timeout is said in words"
+    assert span < 600, span
+    assert "(timeout " in row_text and "so far" in row_text, "the timeout is said in words, the wait's time so far"
     assert browser.find_element("id", "callback-box").is_displayed(), "a waiting execution offers the callback form"
     doc_shot(browser, "execution-waiting")
 
@@ -802,16 +815,24 @@ def test_the_timeline_draws_the_agreed_api_fields_when_present(browser: Any, con
 def test_a_map_of_200_items_shows_its_progress_before_its_rows(browser: Any, contract_console: Any) -> None:
     browser.get(contract_console.url)
     browser.get(f"{contract_console.base_url}/executions/{MAP_ID}")
-    progress = wait_until(browser, "the progress row", lambda d: d.find_element("css selector", "tr.progress-row"))
-    assert "150 succeeded, 10 failed of 200; 40 running or to come" in progress.text
-    rows = browser.find_elements("css selector", "#timeline tbody tr")
-    at = rows.index(progress)
-    assert rows[at - 1].get_attribute("data-step") == "0" and rows[at + 1].text.startswith("0.0 sku-0")
-    track = progress.find_element("css selector", ".progress").size["width"]
-    widths = {
-        seg.get_attribute("class").split()[1]: seg.size["width"] / track
-        for seg in progress.find_elements("css selector", ".seg")
-    }
+
+    # It runs, so the page redraws every 2 s: each look reads the rows afresh (a redraw retries).
+    def look(d: Any) -> Any:  # in one script: the page cannot redraw halfway through the reading
+        return d.execute_script(
+            """const rows = [...document.querySelectorAll('#timeline tbody tr')];
+            const at = rows.findIndex((r) => r.classList.contains('progress-row'));
+            if (at < 1) return null;
+            const track = rows[at].querySelector('.progress').getBoundingClientRect().width;
+            const widths = {};
+            for (const seg of rows[at].querySelectorAll('.seg')) {
+              widths[seg.classList[1]] = seg.getBoundingClientRect().width / track;
+            }
+            return [rows[at].innerText, rows[at - 1].dataset.step, rows[at + 1].innerText, widths];"""
+        )
+
+    counts, before, after, widths = wait_until(browser, "the progress row", look)
+    assert "150 succeeded, 10 failed of 200; 40 running or to come" in counts
+    assert before == "0" and after.startswith("0.0 sku-0"), "between the map's row and its items"
     assert widths == pytest.approx({"completed": 0.75, "failed": 0.05, "pending": 0.2}, abs=0.01)
     doc_shot(browser, "execution-map")
 

@@ -251,7 +251,11 @@
 
   function summary(ex) {
     const terminal = TERMINAL.has(ex.status);
-    const step = `${ex.current_step}${ex.current_step_name ? " " + ex.current_step_name : ""} (attempt ${ex.attempt})`;
+    // A failure names its step (a saga's undo moved current_step back since): say that one.
+    const failedAt = terminal && ex.error && ex.error.step != null && ex.error.step_name;
+    const step = failedAt
+      ? `${ex.error.step} ${ex.error.step_name}${ex.error.attempt ? ` (attempt ${ex.error.attempt})` : ""}`
+      : `${ex.current_step}${ex.current_step_name ? " " + ex.current_step_name : ""} (attempt ${ex.attempt})`;
     // Once it ended, the state line would only repeat the status and the error: the facts say it.
     const facts = [
       ["Workflow", h("a", { href: `/workflows#wf-${ex.workflow}` }, ex.workflow)],
