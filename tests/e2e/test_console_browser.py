@@ -727,7 +727,9 @@ def _map_answers() -> dict[str, Any]:
     """A map of 200 items, 150 done, 10 failed, 40 running: its first page of 50 item rows."""
 
     def item(i: int) -> dict[str, Any]:
-        status = "FAILED" if i % 5 == 4 and i < 50 else "COMPLETED"
+        if i >= 45:  # not started yet: no times, no duration
+            return {"index": i, "status": "PENDING", "attempts": [], "duration_seconds": None, "name": f"sku-{i}"}
+        status = "FAILED" if i % 5 == 4 else "COMPLETED"
         return {"index": i, "status": status, "attempts": [], "duration_seconds": 0.2, "name": f"sku-{i}"}
 
     ex = {
@@ -833,6 +835,11 @@ def test_a_map_of_200_items_shows_its_progress_before_its_rows(browser: Any, con
     counts, before, after, widths = wait_until(browser, "the progress row", look)
     assert "150 succeeded, 10 failed of 200; 40 running or to come" in counts
     assert before == "0" and after.startswith("0.0 sku-0"), "between the map's row and its items"
+    unstarted = browser.execute_script(
+        "return [...document.querySelectorAll('#timeline tr.nested[data-state=pending]')]"
+        ".map((r) => r.querySelectorAll('.fill').length)"
+    )
+    assert unstarted == [0] * 5, "an item that never started draws no bar"
     assert widths == pytest.approx({"completed": 0.75, "failed": 0.05, "pending": 0.2}, abs=0.01)
     doc_shot(browser, "execution-map")
 

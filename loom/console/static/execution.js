@@ -109,7 +109,7 @@
   }
 
   function stepRow(step, stateKind, span, extra) {
-    const phase = PHASES[step.phase] ? `undo ${step.phase}` : "";
+    const phase = step.phase === "compensation" ? "undo" : PHASES[step.phase] ? `phase-${step.phase}` : "";
     const end = step.finished_at_epoch ?? null;
     const dur = step.duration_seconds ?? (step.finished_at_epoch && step.started_at_epoch ? step.finished_at_epoch - step.started_at_epoch : null);
     return h("tr", { class: [extra && extra.nested ? extra.nested : "", phase].filter(Boolean).join(" "), "data-step": step.index, "data-state": stateKind, "data-phase": step.phase || "forward" },
@@ -128,7 +128,8 @@
     const items = (step.items || []).concat(extra ? extra.items.filter((i) => i.index >= (step.items || []).length) : []);
     const next = extra ? extra.next : step.items_next;
     const rows = items.map((item) => {
-      const start = item.started_at_epoch ?? step.started_at_epoch ?? null;
+      // An item that never started (no times, no duration) draws no bar, as a step that never ran.
+      const start = item.started_at_epoch ?? (item.duration_seconds != null ? step.started_at_epoch ?? null : null);
       const end = item.finished_at_epoch ?? (start !== null && item.duration_seconds != null ? start + item.duration_seconds : null);
       return stepRow(
         { index: `${step.index}.${item.index}`, name: item.name || `item ${item.index}`, status: item.status, attempts: item.attempts || [],
