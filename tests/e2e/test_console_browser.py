@@ -1,9 +1,10 @@
 """The web console in a real browser (headless Chromium through selenium) on one local stack.
 
 List, open an execution, complete a callback, cancel, redrive, advance the clock and watch a
-sleeper wake; screenshots of each page go to reports/. Without chromium and chromedriver the
-browser tests skip with the reason (`.ci/run` installs them when it runs as root). The plain
-HTTP checks against the same stack run either way.
+sleeper wake; screenshots of each page go to reports/, and one window of each page the docs
+show to docs/console/ (docs/console/README.md; tests/unit/test_console_pages.py checks them).
+Without chromium and chromedriver the browser tests skip with the reason (`.ci/run` installs
+them when it runs as root). The plain HTTP checks against the same stack run either way.
 """
 
 from __future__ import annotations
