@@ -87,6 +87,8 @@ class Kit:
             "offset": offset_clock.format_duration(offset),
             "now_epoch": now,
             "now": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            # Each move (wall-clock epoch, new offset): the console ages executions on the wall clock.
+            "moves": [{"at_epoch": at, "offset_seconds": o} for at, o in offset_clock.read_moves(self.offset_file)],
         }
 
     def advance(self, body: Any) -> dict[str, Any]:

@@ -11,12 +11,18 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from pathlib import Path
 
 from engine.clock import MAX_OFFSET_SECONDS, valid_offset
 from loom.local import private
 
 FILENAME = "clock_offset"
+# Each move of the offset, "wall_epoch offset" a line, beside the offset file: a stamp written
+# on the moved clock maps back to the wall clock through the offset in force when it was written
+# (the console ages executions on the wall clock). Only the newest MAX_MOVES are kept.
+MOVES_SUFFIX = ".moves"
+MAX_MOVES = 1000
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -63,7 +69,39 @@ def write_offset(path: Path, seconds: float) -> float:
     with private.open_write(tmp) as fh:
         fh.write(f"{seconds:.3f}\n")
     os.replace(tmp, path)  # readers see the old value or the new one, never half
+    _note_move(path, seconds)
     return seconds
+
+
+def moves_path(path: Path) -> Path:
+    return path.with_name(path.name + MOVES_SUFFIX)
+
+
+def read_moves(path: Path) -> list[tuple[float, float]]:
+    """Each move of the offset in ``path`` as (wall-clock epoch, new offset), oldest first; a
+    line that is not two numbers is skipped (the log explains, it never decides the clock)."""
+    try:
+        lines = moves_path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out: list[tuple[float, float]] = []
+    for line in lines:
+        parts = line.split()
+        try:
+            at, offset = float(parts[0]), float(parts[1])
+        except (ValueError, IndexError):
+            continue
+        if len(parts) == 2 and math.isfinite(at) and valid_offset(offset):
+            out.append((at, offset))
+    return out
+
+
+def _note_move(path: Path, seconds: float) -> None:
+    kept = [*read_moves(path)[-(MAX_MOVES - 1) :], (time.time(), seconds)]
+    tmp = moves_path(path).with_name(moves_path(path).name + ".tmp")
+    with private.open_write(tmp) as fh:
+        fh.write("".join(f"{at:.3f} {offset:.3f}\n" for at, offset in kept))
+    os.replace(tmp, moves_path(path))
 
 
 def advance(path: Path, seconds: float) -> float:

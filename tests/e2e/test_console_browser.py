@@ -1,15 +1,17 @@
 """The web console in a real browser (headless Chromium through selenium) on one local stack.
 
 List, open an execution, complete a callback, cancel, redrive, advance the clock and watch a
-sleeper wake; screenshots of each page go to reports/. Without chromium and chromedriver the
-browser tests skip with the reason (`.ci/run` installs them when it runs as root). The plain
-HTTP checks against the same stack run either way.
+sleeper wake; screenshots of each page go to reports/, and one window of each page the docs
+show to docs/console/ (docs/console/README.md; tests/unit/test_console_pages.py checks them).
+Without chromium and chromedriver the browser tests skip with the reason (`.ci/run` installs
+them when it runs as root). The plain HTTP checks against the same stack run either way.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -33,6 +35,8 @@ pytestmark = [pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
+DOCS = ROOT / "docs" / "console"
+WIDTH = 1400
 CHROMEDRIVER = "/usr/bin/chromedriver"
 EVIL = "http://evil.example"
 CHROMIUM_FLAGS = (
@@ -44,7 +48,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1366,900",
+    "--window-size=1400,900",
 )
 
 
@@ -120,9 +124,49 @@ def wait_until(driver: Any, what: str, check: Any, timeout: float = 20.0) -> Any
 def shot(driver: Any, name: str) -> None:
     """The whole page: the window grows to the document's height for the picture."""
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(1366, min(max(900, height + 140), 5000))
+    driver.set_window_size(WIDTH, min(max(900, height + 140), 5000))
     driver.save_screenshot(str(REPORTS / f"console-{name}.png"))
-    driver.set_window_size(1366, 900)
+    driver.set_window_size(WIDTH, 900)
+
+
+def doc_shot(driver: Any, name: str, at: str | None = None) -> None:
+    """The picture docs/console/README.md shows: one screen (from the element `at` selects, else
+    the top), so the PNG stays small."""
+    driver.set_window_size(WIDTH, 900)
+    if at is None:
+        driver.execute_script("window.scrollTo(0, 0)")
+    else:
+        driver.execute_script("arguments[0].scrollIntoView()", driver.find_element("css selector", at))
+    # Into the docs only when asked (LOOM_DOCS_SCREENSHOTS=1): every run's ports and ids differ,
+    # and a test run must not leave the checkout changed. Otherwise beside the other reports.
+    where = DOCS if os.environ.get("LOOM_DOCS_SCREENSHOTS") == "1" else REPORTS / "docs-console"
+    where.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(where / f"{name}.png"))
+
+
+def single_line(driver: Any, element: Any) -> bool:
+    """True when the element's text is drawn on one line (a wrapped text has a box per line)."""
+    return bool(
+        driver.execute_script(
+            "const r = document.createRange(); r.selectNodeContents(arguments[0]);"
+            "return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size === 1;",
+            element,
+        )
+    )
+
+
+def fits(driver: Any) -> bool:
+    """No horizontal scrolling: the page is no wider than the window."""
+    return bool(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def cells(row: Any) -> dict[str, str]:
+    """A list row's cells by their class (step, started, ended, took, age)."""
+    out = {}
+    for cell in row.find_elements("css selector", "td"):
+        for name in (cell.get_attribute("class") or "").split():
+            out[name] = cell.text
+    return out
 
 
 def text(driver: Any, element_id: str) -> str:
@@ -301,7 +345,8 @@ def test_redrive_a_failed_execution(browser: Any, stack: LocalStack) -> None:
     wait_status(stack.api, ex_id, "FAILED")
     open_page(browser, stack, f"/executions/{ex_id}")
     wait_until(browser, "the failed attempts", lambda d: rows_with_state(d, "failed"))
-    assert "TransientStepError" in text(browser, "timeline")
+    assert "TransientStepError" in text(browser, "summary")
+    assert "the execution's error, above" in text(browser, "timeline")
     shot(browser, "execution-failed")
     browser.find_element("id", "act-redrive").click()
     wait_until(browser, "the redrive's answer", lambda d: "redrive: done" in text(d, "status"))
@@ -317,13 +362,23 @@ def test_a_compensated_saga_shows_its_undo_steps_after_the_forward_ones(browser:
     ex_id = start(stack.api, "order_saga", {"order_id": "saga-1", "amount": 9})
     wait_status(stack.api, ex_id, "COMPENSATED")
     open_page(browser, stack, f"/executions/{ex_id}")
-    wait_until(browser, "the compensation rows", lambda d: "(compensation)" in text(d, "timeline"))
+    wait_until(browser, "the compensation rows", lambda d: d.find_elements("css selector", "#timeline tr.undo"))
     rows = [r.text for r in browser.find_elements("css selector", "#timeline tbody tr")]
-    undo = [i for i, r in enumerate(rows) if "(compensation)" in r]
+    undo = [i for i, r in enumerate(rows) if r.startswith("↩ undo")]
     failed = next(i for i, r in enumerate(rows) if r.startswith("2 ship"))
     assert len(undo) == 2 and min(undo) > failed  # refund and release, after the failure
+    assert [rows[i].split()[2:4] for i in undo] == [["1", "charge_card"], ["0", "reserve_stock"]]
+    assert "#compensate" not in text(browser, "timeline") and "(compensation)" not in text(browser, "timeline")
+    # Drawn apart from the forward rows, not only named apart.
+    undo_row = browser.find_element("css selector", "#timeline tr.undo td")
+    forward_row = browser.find_element("css selector", "#timeline tr[data-step='2'] td")
+    assert undo_row.value_of_css_property("background-color") != forward_row.value_of_css_property("background-color")
     assert "compensated" in text(browser, "summary")
+    # Ended: nothing to deliver a callback or a signal to, so no forms for them.
+    assert not browser.find_element("id", "callback-box").is_displayed()
+    assert not browser.find_element("id", "signal-box").is_displayed()
     shot(browser, "execution-compensated")
+    doc_shot(browser, "execution-compensated", at="#tl-h")
 
 
 def test_advance_the_clock_and_watch_a_sleeper_wake(browser: Any, stack: LocalStack) -> None:
@@ -351,7 +406,7 @@ def test_workflows_and_dlq_pages(browser: Any, stack: LocalStack) -> None:
     open_page(browser, stack, "/workflows")
     wait_until(browser, "the workflows", lambda d: d.find_elements("id", "wf-order_saga"))
     saga = text(browser, "wf-order_saga")
-    assert "compensated by" in saga and "retry:" in saga
+    assert "compensated by" in saga and "retry unless a step says otherwise: up to 3 attempts" in saga
     assert "sleeps 1h" in text(browser, "wf-order_fulfillment")
     assert "waits for signal" in text(browser, "wf-order_approval")
     nightly = text(browser, "wf-nightly_report")
@@ -435,6 +490,179 @@ def test_run_a_chaos_scenario_and_see_it_on_its_executions_timelines(browser: An
     shot(browser, "execution-chaos")
 
 
+# ---------------------------------------------------------------- the console as a user judges it (issue 25)
+
+
+def test_the_list_shows_start_end_duration_and_finds_an_execution_by_id(browser: Any, stack: LocalStack) -> None:
+    ended = start(stack.api, "order_saga", {"order_id": "cols-1", "amount": 9})
+    waiting = start(stack.api, "order_approval", {"order_id": "cols-2"})
+    wait_status(stack.api, ended, "COMPENSATED")
+    wait_status(stack.api, waiting, "WAITING")
+    open_page(browser, stack, "/")
+    wait_until(browser, "the rows", lambda d: d.find_elements("css selector", f"tr[data-id='{waiting}']"))
+    done = cells(browser.find_element("css selector", f"tr[data-id='{ended}']"))
+    assert done["step"] == "", "an ended execution has no current step"
+    stamp = r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d"  # the date only when not today (or not the start's day)
+    assert re.fullmatch(stamp, done["started"]) and re.fullmatch(stamp, done["ended"]), done
+    assert re.fullmatch(r"\d+(\.\d)?(ms|s)", done["took"]), done
+    live = cells(browser.find_element("css selector", f"tr[data-id='{waiting}']"))
+    assert live["step"].endswith("approval") and live["ended"] == "" and live["took"] == ""
+    for row in browser.find_elements("css selector", "#executions tbody tr td.age"):
+        assert single_line(browser, row), f"the Age cell wraps: {row.text!r}"
+    assert single_line(browser, browser.find_element("xpath", "//th[.='Age']"))
+    assert fits(browser), "the list is wider than the window"
+    doc_shot(browser, "executions")
+    # By id: that one row only; an unknown id says so.
+    browser.find_element("id", "f-id").send_keys(f"  {ended} ")
+    browser.find_element("id", "find-go").click()
+    wait_until(browser, "the one row", lambda d: len(d.find_elements("css selector", "#executions tbody tr")) == 1)
+    assert browser.find_elements("css selector", f"tr[data-id='{ended}']")
+    browser.find_element("id", "f-id").clear()
+    browser.find_element("id", "f-id").send_keys("no-such-execution")
+    browser.find_element("id", "find-go").click()
+    wait_until(browser, "the miss", lambda d: "No execution has the id no-such-execution" in text(d, "executions"))
+    browser.find_element("id", "find-clear").click()
+    wait_until(browser, "the list again", lambda d: d.find_elements("css selector", f"tr[data-id='{ended}']"))
+
+
+def test_ages_are_on_the_wall_clock_when_the_functions_clock_moved(browser: Any, stack: LocalStack) -> None:
+    before = start(stack.api, "order_approval", {"order_id": "age-1"})
+    wait_status(stack.api, before, "WAITING")
+    assert stack.console.kit is not None
+    stack.console.kit.advance({"duration": "3h"})
+    after = start(stack.api, "order_approval", {"order_id": "age-2"})  # stamped on the moved clock
+    wait_status(stack.api, after, "WAITING")
+    open_page(browser, stack, "/")
+    wait_until(browser, "the rows", lambda d: d.find_elements("css selector", f"tr[data-id='{after}']"))
+    for ex_id in (before, after):
+        age = cells(browser.find_element("css selector", f"tr[data-id='{ex_id}']"))["age"]
+        assert re.fullmatch(r"\d+(\.\d)?(ms|s)|[1-9]m( \d+s)?", age), f"{ex_id} is {age!r} old on the wall clock"
+    # The rule itself: a stamp maps back through the offset in force when it was written.
+    moves = [{"at_epoch": 1000, "offset_seconds": 7200}, {"at_epoch": 1040, "offset_seconds": 18000}]
+    stamps = [900, 1020 + 7200, 1050 + 18000]  # before any move, after the first, after the second
+    ages = browser.execute_script("return arguments[0].map((c) => Loom.wallAge(c, 1060, arguments[1]))", stamps, moves)
+    assert ages == [160, 40, 10]
+
+
+def test_a_failed_execution_fits_the_window_and_says_its_error_once(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "poison_pill", {"order_id": "once-1"})
+    wait_status(stack.api, ex_id, "FAILED")
+    open_page(browser, stack, f"/executions/{ex_id}")
+    wait_until(browser, "the failed row", lambda d: rows_with_state(d, "failed"))
+    message = "the downstream service rejects this request every time"
+    main = browser.find_element("id", "main")
+    assert main.get_attribute("innerText").count(message) == 1, "the error is said once, in the summary"
+    assert "Now" not in text(browser, "summary") and "Ended at step" in text(browser, "summary")
+    # The step that never ran has no bar; the forms for callbacks and signals are gone.
+    (never,) = rows_with_state(browser, "not_run")
+    assert not never.find_elements("css selector", ".fill")
+    assert not browser.find_element("id", "forms").is_displayed()
+    # The traceback starts at the user's frame, not the engine's.
+    fold = browser.find_element("css selector", "#summary details.traceback")
+    fold.find_element("tag name", "summary").click()
+    trace = fold.find_element("tag name", "pre").text.strip().splitlines()
+    assert trace[0].startswith("workflows/examples.py:") and "engine/" not in trace[0], trace
+    assert "engine frame" in trace[-1]
+    doc_shot(browser, "execution-failed")
+    # Every fold open (attempts, tracebacks, results): still no wider than the window, text wraps at words.
+    for summary in browser.find_elements("css selector", "#timeline details:not([open]) > summary"):
+        if summary.is_displayed():
+            summary.click()
+    for summary in browser.find_elements("css selector", "#timeline details:not([open]) > summary"):
+        if summary.is_displayed():
+            summary.click()
+    wide = browser.execute_script(
+        "return [...document.querySelectorAll('#main *')].filter((e) => e.getBoundingClientRect().right > innerWidth)"
+        ".map((e) => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right)).slice(0, 12)"
+    )
+    assert fits(browser), f"the execution page is wider than the window: {wide}"
+    table = browser.find_element("id", "timeline")
+    assert table.size["width"] <= browser.execute_script("return window.innerWidth")
+    for err in browser.find_elements("css selector", "#timeline .error-text"):
+        assert err.value_of_css_property("word-break") == "normal"
+        assert err.value_of_css_property("overflow-wrap") in ("normal", "break-word")
+
+
+def test_a_waiting_steps_bar_is_its_time_so_far_not_its_timeout(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "payment_webhook", {"order_id": "bar-1", "amount": 5})
+    wait_status(stack.api, ex_id, "WAITING")
+    open_page(browser, stack, f"/executions/{ex_id}")
+
+    # The page redraws every 2 s while it waits: each look reads the row afresh (a redraw retries).
+    def look(d: Any) -> tuple[str, str, int] | None:
+        found = rows_with_state(d, "waiting")
+        if len(found) != 1:
+            return None
+        row = found[0]
+        span = int(d.find_element("id", "timeline").get_attribute("data-span-seconds"))
+        return row.find_element("css selector", ".track").get_attribute("aria-label"), row.text, span
+
+    label, row_text, span = wait_until(browser, "the waiting row", look)
+    assert re.fullmatch(r"waiting \d+(\.\d)?(ms|s)", label), f"the bar draws {label!r}, not the time waited so far"
+    # The time axis runs to now, not to the wait's 3-hour timeout: the steps that ran keep their room.
+    assert span < 600, span
+    assert "(timeout " in row_text and "so far" in row_text, "the timeout is said in words, the wait's time so far"
+    assert browser.find_element("id", "callback-box").is_displayed(), "a waiting execution offers the callback form"
+    doc_shot(browser, "execution-waiting")
+
+
+def test_the_workflows_page_has_an_index_says_the_default_once_and_starts_an_execution(
+    browser: Any, stack: LocalStack
+) -> None:
+    names = [w["name"] for w in ok(stack.api, "GET", "/workflows")["workflows"]]
+    open_page(browser, stack, "/workflows")
+    wait_until(browser, "the index", lambda d: d.find_elements("css selector", "#wf-index a"))
+    index = [a.text for a in browser.find_elements("css selector", "#wf-index a")]
+    assert index == names and all(
+        a.get_attribute("href").endswith(f"#wf-{n}")
+        for a, n in zip(browser.find_elements("css selector", "#wf-index a"), names, strict=True)
+    )
+    page = text(browser, "workflows")
+    assert "1 step;" in text(browser, "wf-courier_booking") and not re.search(r"\b1 steps\b", page)
+    # The default policy is said once, at the top; only a step with its own policy says it again.
+    fulfillment = text(browser, "wf-order_fulfillment")
+    assert fulfillment.count("up to 5 attempts") == 1, fulfillment
+    assert fulfillment.count("retry:") == 1 and "at most once · retry: up to 3 attempts" in fulfillment
+    assert text(browser, "wf-order_saga").count("retry:") == 0
+    doc_shot(browser, "workflows")
+    # Start one from its section: bad input first (nothing starts), then a good one.
+    box = browser.find_element("css selector", "#wf-order_approval details.start-box")
+    box.find_element("tag name", "summary").click()
+    field = browser.find_element("id", "start-input-order_approval")
+    field.clear()
+    field.send_keys("[1, 2]")
+    box.find_element("css selector", "button[type=submit]").click()
+    wait_until(browser, "the complaint", lambda d: "must be a JSON object" in text(d, "status"))
+    assert browser.current_url.endswith("/workflows")
+    field.clear()
+    field.send_keys('{"order_id": "from-the-workflows-page"}')
+    browser.find_element("id", "start-id-order_approval").send_keys("wf-page-start-1")
+    box.find_element("css selector", "button[type=submit]").click()
+    wait_until(browser, "the new execution's page", lambda d: d.current_url.endswith("/executions/wf-page-start-1"))
+    started = wait_status(stack.api, "wf-page-start-1", "WAITING")
+    assert started["workflow"] == "order_approval" and started["input"] == {"order_id": "from-the-workflows-page"}
+    wait_until(browser, "its summary", lambda d: "order_approval" in text(d, "summary"))
+
+
+def test_the_dlq_says_when_each_message_was_parked_and_that_no_redrive_ran_yet(browser: Any, stack: LocalStack) -> None:
+    ex_id = start(stack.api, "poison_pill", {"order_id": "parked-1"})
+    wait_status(stack.api, ex_id, "FAILED")
+
+    def letter() -> Any:
+        found = [m for m in ok(stack.api, "GET", "/dlq?limit=100")["messages"] if m["execution_id"] == ex_id]
+        return found[0] if found else None
+
+    parked_at = wait_for("its parked record", letter, timeout=30)["body"]["failed_at"]
+    open_page(browser, stack, "/dlq")
+    row = wait_until(browser, "its row", lambda d: d.find_element("xpath", f"//tr[td/a[.='{ex_id}']]"))
+    headers = [th.text for th in browser.find_elements("css selector", "#dlq thead th")]
+    assert "Parked" in headers and "Sent" not in headers
+    shown = row.find_element("css selector", "td.parked").text
+    assert shown == browser.execute_script("return Loom.when(arguments[0])", parked_at), "the time the engine parked it"
+    assert "No redrive yet" in text(browser, "results")
+    doc_shot(browser, "dlq")
+
+
 # ---------------------------------------------------------------- the agreed API fields (issue 13)
 
 CONTRACT_ID = "contract-1"
@@ -500,6 +728,7 @@ def _contract_answers() -> dict[str, Any]:
         },
         "/workflows": {"workflows": [{"name": "fanout", "steps": [{"index": 0, "name": "split", "kind": "map"}]}]},
         **_unregistered_answers(state),
+        **_map_answers(),
     }
 
 
@@ -518,6 +747,50 @@ def _unregistered_answers(state: dict[str, Any]) -> dict[str, Any]:
         f"/executions/{UNREGISTERED_ID}": {**ex, "unregistered": missing, "children": []},
         f"/executions/{UNREGISTERED_ID}/history": {**history, "unregistered": missing},
     }
+
+
+MAP_ID = "map-200"
+
+
+def _map_answers() -> dict[str, Any]:
+    """A map of 200 items, 150 done, 10 failed, 40 running: its first page of 50 item rows."""
+
+    def item(i: int) -> dict[str, Any]:
+        if i >= 45:  # not started yet: no times, no duration
+            return {"index": i, "status": "PENDING", "attempts": [], "duration_seconds": None, "name": f"sku-{i}"}
+        status = "FAILED" if i % 5 == 4 else "COMPLETED"
+        return {"index": i, "status": status, "attempts": [], "duration_seconds": 0.2, "name": f"sku-{i}"}
+
+    ex = {
+        "id": MAP_ID,
+        "workflow": "fanout",
+        "status": "RUNNING",
+        "current_step": 0,
+        "current_step_name": "split",
+        "attempt": 1,
+        "created_at_epoch": T0,
+        "updated_at_epoch": T0 + 30,
+        "input": {},
+        "output": {},
+        "state": {"kind": "running", "reason": "running step split: 160 of 200 items done", "until_epoch": None},
+    }
+    step = {
+        "index": 0,
+        "name": "split",
+        "kind": "map",
+        "phase": "forward",
+        "status": "RUNNING",
+        "attempts": [],
+        "started_at_epoch": T0,
+        "items": [item(i) for i in range(50)],
+        "items_next": 50,
+        "n": 200,
+        "ok": 150,
+        "failed": 10,
+        "decided": None,
+    }
+    history = {"id": MAP_ID, "steps": [step], "pending": [], "events": [], "read_at_epoch": T0 + 31}
+    return {f"/executions/{MAP_ID}": ex, f"/executions/{MAP_ID}/history": history}
 
 
 @pytest.fixture(scope="module")
@@ -580,6 +853,36 @@ def test_an_execution_whose_workflow_is_not_registered_says_so_on_its_page(brows
     summary = text(browser, "summary")
     assert "Not registered" in summary and NOT_REGISTERED in summary
     shot(browser, "execution-not-registered")
+
+
+def test_a_map_of_200_items_shows_its_progress_before_its_rows(browser: Any, contract_console: Any) -> None:
+    browser.get(contract_console.url)
+    browser.get(f"{contract_console.base_url}/executions/{MAP_ID}")
+
+    # It runs, so the page redraws every 2 s: each look reads the rows afresh (a redraw retries).
+    def look(d: Any) -> Any:  # in one script: the page cannot redraw halfway through the reading
+        return d.execute_script(
+            """const rows = [...document.querySelectorAll('#timeline tbody tr')];
+            const at = rows.findIndex((r) => r.classList.contains('progress-row'));
+            if (at < 1) return null;
+            const track = rows[at].querySelector('.progress').getBoundingClientRect().width;
+            const widths = {};
+            for (const seg of rows[at].querySelectorAll('.seg')) {
+              widths[seg.classList[1]] = seg.getBoundingClientRect().width / track;
+            }
+            return [rows[at].innerText, rows[at - 1].dataset.step, rows[at + 1].innerText, widths];"""
+        )
+
+    counts, before, after, widths = wait_until(browser, "the progress row", look)
+    assert "150 succeeded, 10 failed of 200; 40 running or to come" in counts
+    assert before == "0" and after.startswith("0.0 sku-0"), "between the map's row and its items"
+    unstarted = browser.execute_script(
+        "return [...document.querySelectorAll('#timeline tr.nested[data-state=pending]')]"
+        ".map((r) => r.querySelectorAll('.fill').length)"
+    )
+    assert unstarted == [0] * 5, "an item that never started draws no bar"
+    assert widths == pytest.approx({"completed": 0.75, "failed": 0.05, "pending": 0.2}, abs=0.01)
+    doc_shot(browser, "execution-map")
 
 
 # ---------------------------------------------------------------- a page on another local port

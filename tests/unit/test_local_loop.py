@@ -51,6 +51,22 @@ def test_a_bad_offset_file_is_an_error_the_functions_ignore_and_reset_repairs(tm
     assert offset_clock.read_offset(path) == 0.0
 
 
+def test_each_move_of_the_clock_is_logged_with_its_wall_time_for_the_console(tmp_path, monkeypatch):
+    path = tmp_path / "clock_offset"
+    walls = iter([1000.0, 1040.0, 1050.0, 1060.0])
+    monkeypatch.setattr(offset_clock.time, "time", lambda: next(walls))
+    monkeypatch.setattr(offset_clock, "MAX_MOVES", 3)
+    offset_clock.advance(path, 7200)
+    offset_clock.advance(path, 3600)
+    assert offset_clock.read_moves(path) == [(1000.0, 7200.0), (1040.0, 10800.0)]
+    with offset_clock.moves_path(path).open("a") as fh:
+        fh.write("garbage\n1 2 3\n")  # not two numbers: skipped, never a clock
+    offset_clock.reset(path)
+    offset_clock.advance(path, 60)
+    assert offset_clock.read_moves(path) == [(1040.0, 10800.0), (1050.0, 0.0), (1060.0, 60.0)], "the newest 3"
+    assert offset_clock.read_offset(path) == 60.0  # the log never decides the offset
+
+
 def test_offset_clock_ignores_an_offset_beyond_the_bound():
     base = FakeClock(1_000.0)
     assert OffsetClock(lambda: MAX_OFFSET_SECONDS, base).now() == 1_000.0 + MAX_OFFSET_SECONDS

@@ -87,6 +87,14 @@ const Loom = (() => {
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   }
 
+  // A stamp in short: the time alone when it falls on `sameDayAs`'s date (or today's), else the date too.
+  function whenShort(epoch, sameDayAs) {
+    if (epoch === null || epoch === undefined) return "";
+    const full = when(epoch);
+    const ref = when(sameDayAs ?? Date.now() / 1000);
+    return full.slice(0, 10) === ref.slice(0, 10) ? full.slice(11) : full;
+  }
+
   function duration(seconds) {
     if (seconds === null || seconds === undefined || !isFinite(seconds)) return "";
     if (seconds < 1) return `${Math.round(seconds * 1000)}ms`;
@@ -99,6 +107,32 @@ const Loom = (() => {
       if (out.length === 2) break;
     }
     return out.join(" ");
+  }
+
+  const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED"]);
+
+  // An execution's age on the reader's wall clock. Its stamps are on the functions' clock, which
+  // local time travel moves ahead: each move ({at_epoch: wall clock, offset_seconds}) starts a
+  // stretch of wall time with its own offset, and a stamp maps back through the stretch it fell in.
+  function wallAge(createdEpoch, wallNow, moves) {
+    if (createdEpoch === null || createdEpoch === undefined) return null;
+    const stretches = [{ from: -Infinity, offset: 0 }, ...(moves || []).map((m) => ({ from: m.at_epoch, offset: m.offset_seconds }))];
+    for (let i = stretches.length - 1; i >= 0; i--) {
+      const wall = createdEpoch - stretches[i].offset;
+      const to = i + 1 < stretches.length ? stretches[i + 1].from : Infinity;
+      if (wall >= stretches[i].from && wall < to) return Math.max(0, wallNow - wall);
+    }
+    return Math.max(0, wallNow - createdEpoch);
+  }
+
+  // A local stack's clock moves (none when deployed), read at most every 10 s.
+  let movesRead = { at: 0, moves: [] };
+  async function clockMoves() {
+    if (Date.now() - movesRead.at < 10000) return movesRead.moves;
+    const me = await console_();
+    const moves = me.local ? (await api("GET", "/local/clock")).moves || [] : [];
+    movesRead = { at: Date.now(), moves };
+    return moves;
   }
 
   function errorLine(err) {
@@ -176,7 +210,7 @@ const Loom = (() => {
     } catch (err) { fail(err); }
   }
 
-  return { h, api, ApiError, say, fail, when, duration, errorLine, badge, fold, copyButton, executionLink, parseJson, every, info: console_, init };
+  return { h, api, ApiError, say, fail, when, whenShort, duration, TERMINAL, wallAge, clockMoves, errorLine, badge, fold, copyButton, executionLink, parseJson, every, info: console_, init };
 })();
 
 Loom.init();

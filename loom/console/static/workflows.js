@@ -2,7 +2,9 @@
 // fan-outs (parallel/map, drawn generically) and compensations, from GET /workflows.
 "use strict";
 (() => {
-  const { h, api, fail, duration, badge } = Loom;
+  const { h, api, fail, say, duration, badge, parseJson } = Loom;
+  const plural = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
   function retry(policy) {
     if (!policy) return null;
@@ -22,7 +24,8 @@
     return parts.join(", ");
   }
 
-  function facts(step) {
+  // `base`: the workflow's default retry policy, said once at its top: a step says only its own.
+  function facts(step, base) {
     const out = [];
     if (step.kind === "sleep") out.push(`sleeps ${duration(step.seconds)}`);
     if (step.kind === "signal") out.push(`waits for signal “${step.signal}”`);
@@ -48,7 +51,7 @@
     if (step.heartbeat_timeout) out.push(`heartbeat every ${duration(step.heartbeat_timeout)}`);
     if (step.timeout) out.push(`runs at most ${duration(step.timeout)}`);
     if (step.semantics === "at_most_once") out.push("at most once");
-    const r = retry(step.retry);
+    const r = same(step.retry, base) ? null : retry(step.retry);
     if (r) out.push(`retry: ${r}`);
     if (step.compensate) out.push(`compensated by ${step.compensate}${step.compensate_retry ? " (" + retry(step.compensate_retry) + ")" : ""}`);
     if (step.catch) out.push(`caught by ${step.catch}`);
@@ -56,12 +59,12 @@
     return out;
   }
 
-  function stepItem(step) {
+  function stepItem(step, base) {
     const branches = step.branches || step.steps || null;  // parallel/map: their inner steps, when the API gives them
     return h("li", { "data-kind": step.kind },
       badge(step.kind), " ", h("strong", {}, step.name),
-      h("div", { class: "muted" }, facts(step).join(" · ")),
-      branches && branches.length ? h("ol", { class: "steps branches", start: 0, "aria-label": `${step.name}'s branches` }, branches.map((b) => stepItem(b))) : null);
+      h("div", { class: "muted" }, facts(step, base).join(" · ")),
+      branches && branches.length ? h("ol", { class: "steps branches", start: 0, "aria-label": `${step.name}'s branches` }, branches.map((b) => stepItem(b, base))) : null);
   }
 
   // A scheduled workflow: its expression, catch-up policy and next fire time (UTC, from its cursor).
@@ -81,17 +84,53 @@
       ` ${v.open} not ended`)));
   }
 
-  async function load() {
-    const data = await api("GET", "/api/workflows");
-    const root = document.getElementById("workflows");
-    root.replaceChildren(...data.workflows.map((w) => h("section", { class: "panel", id: `wf-${w.name}`, "aria-labelledby": `wf-h-${w.name}` },
+  // Start an execution: POST /executions through the console (its session header, its origin).
+  function startForm(w) {
+    const input = h("textarea", { id: `start-input-${w.name}`, name: "input", "aria-describedby": `start-help-${w.name}` }, "{}");
+    const given = h("input", { type: "text", id: `start-id-${w.name}`, name: "execution_id", size: 30, autocomplete: "off", spellcheck: "false" });
+    const form = h("form", { class: "start", "data-workflow": w.name, "aria-label": `Start ${w.name}` },
+      h("label", {}, "Input (JSON object)", input),
+      h("label", {}, "Execution id (optional: the same id twice starts it once)", given),
+      h("p", { class: "muted", id: `start-help-${w.name}` }, w.input_type ? `The input is a ${w.input_type}.` : "The input is the workflow's first context."),
+      h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, `Start ${w.name}`)));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      let body;
+      try {
+        body = { workflow: w.name, input: parseJson(input.value, "the input") };
+      } catch (err) { return fail(err.message); }
+      if (given.value.trim()) body.execution_id = given.value.trim();
+      try {
+        const ex = await api("POST", "/api/executions", body);
+        say(`started ${ex.id}`);
+        location.assign(`/executions/${encodeURIComponent(ex.id)}`);
+      } catch (err) { fail(err); }
+    });
+    return h("details", { class: "start-box" }, h("summary", {}, "Start an execution"), form);
+  }
+
+  function index(workflows) {
+    return h("nav", { "aria-label": "Workflows", class: "panel wf-index", id: "wf-index" },
+      h("ul", {}, workflows.map((w) => h("li", {},
+        h("a", { href: `#wf-${w.name}` }, w.name), h("span", { class: "muted" }, ` ${plural(w.steps.length, "step", "steps")}`),
+        w.schedule ? [" ", badge("schedule")] : null))));
+  }
+
+  function section(w) {
+    return h("section", { class: "panel", id: `wf-${w.name}`, "aria-labelledby": `wf-h-${w.name}` },
       h("h2", { id: `wf-h-${w.name}` }, w.name),
-      h("p", { class: "muted" }, `${w.steps.length} steps; default retry: ${retry(w.retry) || "(not reported)"}`,
+      h("p", { class: "muted" }, `${plural(w.steps.length, "step", "steps")}; retry unless a step says otherwise: ${retry(w.retry) || "(not reported)"}`,
         " · ", h("a", { href: `/?workflow=${encodeURIComponent(w.name)}` }, "its executions")),
       w.input_type ? h("p", { class: "input-type" }, "input: ", h("code", {}, w.input_type)) : null,
       schedule(w.schedule),
       versions(w.versions),
-      h("ol", { class: "steps", start: 0 }, w.steps.map(stepItem)))));
+      h("ol", { class: "steps", start: 0 }, w.steps.map((st) => stepItem(st, w.retry))),
+      startForm(w));
+  }
+
+  async function load() {
+    const data = await api("GET", "/api/workflows");
+    document.getElementById("workflows").replaceChildren(index(data.workflows), ...data.workflows.map(section));
     if (location.hash) document.getElementById(location.hash.slice(1))?.scrollIntoView();
   }
 
