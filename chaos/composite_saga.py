@@ -49,7 +49,7 @@ NAME = "composite_saga"
 FAULT = "crash hook in map items, child and charge; SIGKILL of an undo; copies of every message; doubled callbacks"
 LINES = 6
 MAP, CHILD, CALLBACK, CHARGE, SHIP, CONFIRM = range(6)
-PEEK_COPIES = 40  # each peek is a receive: past maxReceiveCount (5) SQS would dead-letter a message
+PEEK_COPIES = 40  # each peek is a receive, and SQS dead-letters a message past maxReceiveCount (template.yaml)
 KNOBS: dict[str, dict[str, Any]] = {
     "shipped": {"chaos": {"crash_after_item": [1]}, "child_chaos": {"crash_after_checkpoint": [0]}},
     "caught": {"ship": "refuse", "chaos": {"crash_after_checkpoint": [CHARGE]}},
