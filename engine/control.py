@@ -17,7 +17,7 @@ from engine.history_rules import last_attempt
 from engine.lifecycle import cancel as cancel
 from engine.lifecycle import get as get
 from engine.lifecycle import start as start
-from engine.messages import MessageKind, StepMessage
+from engine.messages import StepMessage
 from engine.outbox import dispatch, execution_log
 from engine.parts import Parts
 from engine.ports import Page
@@ -93,7 +93,7 @@ def redrive_failed(parts: Parts, execution_id: str) -> Execution:
     if ex.expires_at is not None:
         retention.unstamp(parts, new)  # before it runs: no record of a running execution expires
     execution_log(new).info("execution.redriven")
-    message = StepMessage(new.id, new.current_step, new.attempt, MessageKind.REDRIVE)
+    message = StepMessage.redrive_of(new)
     dispatch(parts, tr.Effects(run_next=message))
     return new
 
@@ -187,7 +187,7 @@ def migrate(
         from_version=ex.workflow_version,
         to_version=target.version,
     )
-    dispatch(parts, tr.Effects(run_next=StepMessage(new.id, new.current_step, new.attempt, MessageKind.REDRIVE)))
+    dispatch(parts, tr.Effects(run_next=StepMessage.redrive_of(new)))
     return new
 
 

@@ -142,7 +142,7 @@ def _redrive_one(engine: Engine, letter: DeadLetter, handled: set[str]) -> Redri
             return result("redriven", f"new round of attempts at step {new.current_step}", new.status.value)
         if ex.status is Status.RUNNING:
             # Guarded ("redrive") so that it is harmless if another message still drives it.
-            engine.queue.send(StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE))
+            engine.queue.send(StepMessage.redrive_of(ex))
             handled.add(execution_id)
             return result("resent", f"still RUNNING; sent a message for step {ex.current_step}", ex.status.value)
         notice = child_notice(ex)

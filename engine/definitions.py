@@ -166,7 +166,7 @@ def resume_message(ex: Execution) -> StepMessage | None:
     child wait (resumed RUNNING: ``_resumed``), a wake for a sleep; a callback or signal wait
     needs none (its completion, kept completion or signal, or its deadline moves it)."""
     if ex.status in (Status.RUNNING, Status.COMPENSATING):
-        return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
+        return StepMessage.redrive_of(ex)
     if ex.status is Status.SLEEPING:
         return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.WAKE)
     return None

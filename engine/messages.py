@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import MalformedMessage
 from engine.limits import check_execution_id, check_message
+
+if TYPE_CHECKING:
+    from engine.state import Execution
 
 
 class MessageKind(StrEnum):
@@ -60,6 +63,12 @@ class StepMessage:
         body = json.dumps(fields, separators=(",", ":"))
         check_message(body)
         return body
+
+    @classmethod
+    def redrive_of(cls, ex: Execution) -> StepMessage:
+        """A guarded message for the execution's current attempt: what the sweeper sends for a
+        lapsed lease, a redrive sends, and a redelivery that adopts an attempt runs."""
+        return cls(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
 
     @property
     def needs_guard(self) -> bool:

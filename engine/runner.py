@@ -37,7 +37,6 @@ from engine.state import AttemptOutcome, Execution, Status
 from engine.verdicts import (
     GuardVerdict,
     MessageVerdict,
-    adopted,
     check_guard,
     check_message,
     has_time,
@@ -132,7 +131,7 @@ def handle_link(
             current_attempt=ex.attempt,
             quiet_seconds=round(parts.clock.now() - ex.updated_at, 1),
         )
-        msg, redelivered = adopted(ex), True
+        msg, redelivered = StepMessage.redrive_of(ex), True
         check = check_message(msg, ex, parts.clock.now(), parts.config, redelivered=True)
     if check.verdict is MessageVerdict.ORPHAN or ex is None:
         log.warning("message.orphan", kind=msg.kind.value)
@@ -232,7 +231,7 @@ def run_guarded(parts: Parts, ex: Execution, spec: WorkflowSpec, st: StepSpec) -
         # lost, a tick and up to a lease sooner than the sweeper would.
         wait = lapse_wait(guard.marked_at if guard.marked_at is not None else now, now, parts.config)
         log.info("step.in_flight_elsewhere", marked_at=guard.marked_at, look_again_in=wait)
-        copy = None if wait is None else (adopted(ex), wait)
+        copy = None if wait is None else (StepMessage.redrive_of(ex), wait)
         return LinkResult(OutcomeStatus.IN_FLIGHT, effects=tr.Effects(delayed=copy))
     if guard.verdict is GuardVerdict.WORKER_LOST:
         lost = WorkerLost(f"the worker died while attempt {ex.attempt} of step {st.name!r} ran")

@@ -19,7 +19,7 @@ from engine.errors import (
     WorkflowDefinitionError,
 )
 from engine.log import get_logger
-from engine.messages import MessageKind, StepMessage
+from engine.messages import StepMessage
 from engine.outbox import engine_log, execution_log, notify_parent, send
 from engine.outcome import OutcomeStatus
 from engine.parts import Parts
@@ -359,7 +359,7 @@ def sweep_one(
         execution_log(ex).info("sweep.postponed_for_backlog", wake_at=wake_at, next_wake_at=new.next_wake_at)
         return action, None
     execution_log(ex).info("sweep.redrive", wake_at=wake_at, late_by=round(now - wake_at, 3))
-    return SweepAction.REDRIVE, StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
+    return SweepAction.REDRIVE, StepMessage.redrive_of(ex)
 
 
 def _judge(parts: Parts, ex: Execution, now: float, backlog: Backlog) -> SweepAction:

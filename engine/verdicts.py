@@ -6,8 +6,8 @@ message protocol is here, so the unit tests can walk all of them without moto.
 
     record of a batch ──► check_record ──► HOLD_BACK (send a copy, acknowledge it) | START:
     message ──► check_message ──► ORPHAN | STALE                  (acknowledge, nothing written)
-                      │           ADOPT ──► a plain step: run the current attempt guarded
-                      │                     anything else: as STALE
+                      │           ADOPT ──► as the sweeper's redrive of the current attempt
+                      │                     (StepMessage.redrive_of), carried on from the top
                       │           EARLY                           (send it back for when it is due)
                       │           WAKE                            (finish the sleep)
                       │           RUN ──► has_time? no: hand the message back, nothing written
@@ -147,11 +147,6 @@ def may_adopt(msg: StepMessage, ex: Execution, now: float, cfg: EngineConfig, *,
         and (msg.step, msg.attempt) < (ex.current_step, ex.attempt)
         and now - ex.updated_at >= cfg.adopt_quiet_seconds
     )
-
-
-def adopted(ex: Execution) -> StepMessage:
-    """What an adopting redelivery runs: the sweeper's redrive of the current attempt, in line."""
-    return StepMessage(ex.id, ex.current_step, ex.attempt, MessageKind.REDRIVE)
 
 
 def lapse_wait(marked_at: float, now: float, cfg: EngineConfig) -> int | None:

@@ -15,7 +15,7 @@ from engine.config import EngineConfig
 from engine.errors import InvalidInput
 from engine.messages import MessageKind, StepMessage
 from engine.state import Execution, Status
-from engine.verdicts import MessageVerdict, adopted, check_message, lapse_wait, may_adopt
+from engine.verdicts import MessageVerdict, check_message, lapse_wait, may_adopt
 from functions.settings import Settings
 
 pytestmark = pytest.mark.unit
@@ -44,7 +44,7 @@ def test_a_redelivered_message_the_quiet_execution_moved_past_adopts_its_attempt
     check = check_message(message, current, NOW, CFG, redelivered=True)
     assert check.verdict is MessageVerdict.ADOPT
     # What it runs is the sweeper's redrive of the current attempt: guarded, pointing at it.
-    redrive = adopted(current)
+    redrive = StepMessage.redrive_of(current)
     assert (redrive.step, redrive.attempt, redrive.kind) == (3, current.attempt, MessageKind.REDRIVE)
     assert check_message(redrive, current, NOW, CFG, redelivered=True).verdict is MessageVerdict.RUN
 
@@ -124,4 +124,3 @@ def test_the_first_beat_is_at_the_batch_s_start() -> None:
     with Heartbeat(queue, {"m1": "r1", "m2": "r2"}, interval=3600, extend_to=20, beat_first=True):  # type: ignore[arg-type]
         assert queue.called.wait(timeout=10), "no beat at the start"
     assert queue.calls == [(["r1", "r2"], 20)]  # one batch call; the next beat would be an hour on
-
