@@ -35,6 +35,7 @@ from loom.bench import fanout, html, local_speed, scenarios, storage, waits
 from loom.bench.inprocess import BenchStack
 from loom.bench.projection import project
 from loom.bench.report import render, render_recovery
+from loom.local.stack import extension_env
 
 #: Issue #23's target: engine seconds from a worker's death to its step running again, at the
 #: template's settings, for both kill points.
@@ -123,8 +124,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     """The worker's settings that --lease and --extension change (the trade-off table's rows)."""
     env = {} if args.lease is None else {"LOOM_LEASE_SECONDS": f"{args.lease:g}"}
     if args.extension is not None:
-        env["LOOM_VISIBILITY_TIMEOUT"] = str(args.extension)
-        env["LOOM_HEARTBEAT_SECONDS"] = f"{args.extension / 4:g}"
+        env |= extension_env(args.extension)
     return env
 
 

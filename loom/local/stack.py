@@ -85,6 +85,12 @@ class PortTaken(RuntimeError):
     """A port the stack needs is in use by another program."""
 
 
+def extension_env(seconds: int) -> dict[str, str]:
+    """The worker's heartbeat settings for an extension of ``seconds``, in the template's relation:
+    four beats to an extension (20 s and 5 s there), so a batch outlasts missed beats."""
+    return {"LOOM_VISIBILITY_TIMEOUT": str(seconds), "LOOM_HEARTBEAT_SECONDS": f"{seconds / 4:g}"}
+
+
 def check_port(host: str, port: int, flag: str) -> None:
     """Refuse early, naming the port and the flag that sets it, when ``host:port`` is taken."""
     if not port:
@@ -490,9 +496,7 @@ class LocalStack:
                 }
             )
             if self._roles[logical_id] == "worker" and opts.queue_visibility_timeout is not None:
-                # Keep the template's relation: four beats to an extension (20 s and 5 s there).
-                env["LOOM_VISIBILITY_TIMEOUT"] = str(opts.queue_visibility_timeout)
-                env["LOOM_HEARTBEAT_SECONDS"] = str(opts.queue_visibility_timeout / 4)
+                env.update(extension_env(opts.queue_visibility_timeout))
             env.update(opts.env)
             env.update(opts.function_env.get(logical_id, {}))
             self._envs[logical_id] = env
