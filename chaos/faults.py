@@ -84,6 +84,23 @@ def purge(target: Target) -> None:
     target.sqs.purge_queue(QueueUrl=target.queue_url)
 
 
+def wait_depth(
+    target: Target,
+    until: Callable[[dict[str, int]], bool],
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
+) -> dict[str, int]:
+    """Poll the step queue's depth until ``until`` holds or ``timeout`` passes; the last depth seen."""
+    deadline = clock() + timeout
+    while True:
+        depth = queue_depth(target)
+        if until(depth) or clock() > deadline:
+            return depth
+        pause(0.05)
+
+
 def wait_drained(
     target: Target,
     timeout: float,

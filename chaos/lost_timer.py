@@ -30,7 +30,9 @@ def run(t: Target, r: Result) -> None:
             **w.wait([napper], lambda ex: ex.status.value == "SLEEPING", timeout=60, what="SLEEPING"),
             **w.wait([backer], lambda ex: ex.attempt == 2 and ex.ready_at is not None, timeout=60, what="a backoff"),
         }
-        before = faults.queue_depth(t)
+        # A checkpoint is written before its delayed message is sent, so the watcher can see
+        # both waits a moment before both timers are in the queue: purge only once they are.
+        before = faults.wait_depth(t, lambda d: d.get("Delayed", 0) >= len(waiting), timeout=5)
         faults.purge(t)  # the only API that reaches delayed messages
         lost_at = time.time()
         after = faults.queue_depth(t)

@@ -136,3 +136,21 @@ def test_a_long_tail_of_stale_copies_drains_while_a_circulating_message_is_still
     assert left == 1 and took == 32.5, "stuck at one message: caught 30 s after its last new low"
     left, took = drained_after(monkeypatch, falling, limit=40)
     assert left > 0 and took == 40.5, "and never past the limit"
+
+
+def test_wait_depth_returns_once_the_timers_are_queued_and_gives_up_at_its_deadline(monkeypatch) -> None:
+    """lost_timer purges only once both timers are in the queue: a checkpoint precedes its send."""
+    from chaos import faults
+
+    t = FakeTime()
+    delayed = iter([0, 1, 1, 2])
+
+    def depth(_target) -> dict[str, int]:
+        return {"Visible": 0, "NotVisible": 0, "Delayed": next(delayed, 2)}
+
+    monkeypatch.setattr(faults, "queue_depth", depth)
+    seen = faults.wait_depth(None, lambda d: d["Delayed"] >= 2, 5, clock=lambda: t.now, pause=t.pause)  # type: ignore[arg-type]
+    assert seen["Delayed"] == 2 and t.now == pytest.approx(0.15)
+    monkeypatch.setattr(faults, "queue_depth", lambda _t: {"Visible": 0, "NotVisible": 0, "Delayed": 1})
+    seen = faults.wait_depth(None, lambda d: d["Delayed"] >= 2, 5, clock=lambda: t.now, pause=t.pause)  # type: ignore[arg-type]
+    assert seen["Delayed"] == 1 and 5.0 < t.now - 0.15 <= 5.1, "a timer that never comes is not waited for forever"
