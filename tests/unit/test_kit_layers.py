@@ -2,9 +2,12 @@
 
 Parsed with ``ast``, never imported. From the bottom up:
 
-- base: what every part shares (the stack file, the template, the API client, the example workflows);
-- the emulator: the AWS services a local stack emulates (moto, LocalStack, IAM, SigV4, the clock);
-- the Lambda imitation: what AWS does around a function (its package, processes, event sources);
+- base: what every part shares (the stack file, the template, the API client, the example workflows,
+  and loom.local's own owner-only files and process identities);
+- the emulator (the package loom.local.emulator): the AWS services a local stack emulates (moto,
+  LocalStack, IAM, SigV4, the clock);
+- the Lambda imitation (the package loom.local.lambdas): what AWS does around a function (its
+  package, processes, event sources);
 - the stack: both put together (``LocalStack``) and the in-process harness ``loom.testing``;
 - the tools over a stack: chaos (which owns its own arguments) and the benchmarks;
 - the web console, which serves the chaos kit's buttons;
@@ -30,41 +33,9 @@ KIT = ("loom", "chaos", "workflows")
 BELOW = ("engine", "functions")  # below every kit layer
 BASE, EMULATOR, LAMBDA, STACK, TOOLS, CONSOLE, CLI = range(7)
 
-_LOCAL_EMULATOR = [
-    "emulator",
-    "emulator_main",
-    "emulator_meter",
-    "moto_http",
-    "moto_iam",
-    "moto_speed",
-    "moto_tokens",
-    "snapshot",
-    "localstack_host",
-    "aws",
-    "aws_services",
-    "deploy_check",
-    "samlocal",
-    "sigv4",
-    "client",
-    "clock",
-]
-_LOCAL_LAMBDA = [
-    "package",
-    "pool",
-    "runtime",
-    "imports",
-    "async_invoke",
-    "esm",
-    "events",
-    "http",
-    "iam",
-    "concurrency",
-    "standard_queue",
-    "reload",
-]
-
 # The layer of every module or package (dotted); a package's entry covers what it holds, and the
-# longest matching prefix wins. Data, kept in step with the docstring above.
+# longest matching prefix wins. Data, kept in step with the docstring above. loom.local's two layers
+# are its two subpackages: a module's layer is where it lives, and moving it is changing its layer.
 LAYERS: dict[str, int] = {
     "workflows": BASE,
     "loom": BASE,
@@ -78,8 +49,8 @@ LAYERS: dict[str, int] = {
     "loom.local": BASE,
     "loom.local.private": BASE,
     "loom.local.procs": BASE,
-    **{f"loom.local.{name}": EMULATOR for name in _LOCAL_EMULATOR},
-    **{f"loom.local.{name}": LAMBDA for name in _LOCAL_LAMBDA},
+    "loom.local.emulator": EMULATOR,
+    "loom.local.lambdas": LAMBDA,
     "loom.local.stack": STACK,
     "loom.testing": STACK,
     "chaos": TOOLS,
@@ -88,7 +59,8 @@ LAYERS: dict[str, int] = {
     "loom.cli": CLI,
     "loom.__main__": CLI,
 }
-# Packages whose every module must have an entry of its own (a prefix is not enough).
+# Packages whose every module must have an entry of its own (a prefix is not enough): a new module
+# beside stack.py must be placed, or go into one of the two subpackages.
 PLACED_ONE_BY_ONE = ("loom.local",)
 
 
@@ -159,7 +131,8 @@ def imports(tree: ast.Module, me: str, is_package: bool) -> list[tuple[str, bool
 
 
 def resolve(name: str, modules: dict[str, Path]) -> str:
-    """``from loom.local import clock`` names the module loom.local.clock; ``from loom.x import f`` loom.x."""
+    """``from loom.local.emulator import clock`` names the module loom.local.emulator.clock; ``from loom.x import f``
+    names loom.x."""
     while name not in modules and "." in name:
         name = name.rpartition(".")[0]
     return name
@@ -207,7 +180,7 @@ def test_the_kit_checker_sees_what_it_must() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "import boto3\n"
-        "from loom.local import clock\n"
+        "from loom.local.emulator import clock\n"
         "from . import sibling\n"
         "if TYPE_CHECKING:\n    from loom.cli import main\n"
         "def f():\n    from chaos import runner\n"
@@ -215,15 +188,21 @@ def test_the_kit_checker_sees_what_it_must() -> None:
     )
     found = imports(ast.parse(source), "loom.console.app", is_package=False)
     assert found == [
-        ("loom.local.clock", False, False),
+        ("loom.local.emulator.clock", False, False),
         ("loom.console.sibling", False, False),
         ("loom.cli.main", False, True),
         ("chaos.runner", True, False),
         ("chaos.cli.main_for", False, True),
     ]
     assert layer_of("loom.local.stack") == STACK
-    assert layer_of("loom.local.emulator") == EMULATOR < layer_of("loom.local.pool") == LAMBDA
+    assert layer_of("loom.local.procs") == BASE
+    assert layer_of("loom.local.emulator.backends") == EMULATOR < layer_of("loom.local.lambdas.pool") == LAMBDA
+    assert layer_of("loom.local.emulator") == EMULATOR  # the package's own __init__
+    assert layer_of("loom.local.lambdas.new_module") == LAMBDA  # a package covers what it holds
     assert layer_of("loom.local.new_module") is None  # placed one by one: a new one must be placed
     assert layer_of("loom.console.server") == CONSOLE > layer_of("chaos.target") == TOOLS
     assert layer_of("loom.cli.demo") == CLI
-    assert resolve("loom.local.clock.advance", {"loom.local.clock": Path()}) == "loom.local.clock"
+    assert (
+        resolve("loom.local.emulator.clock.advance", {"loom.local.emulator.clock": Path()})
+        == "loom.local.emulator.clock"
+    )
