@@ -14,7 +14,9 @@ Parsed with ``ast``, never imported. From the bottom up:
 - the command line, the one place that composes them (it starts the console).
 
 The rules: every kit module has a layer (a new one must be placed); no import reaches a higher
-layer; no first-party import inside a function; the module-level import graph has no cycle.
+layer; no first-party import inside a function; the module-level import graph has no cycle; the
+emulator's package never imports the Lambda imitation's, not even under a guard (the emulator knows
+nothing of the functions it serves: the Lambda imitation builds on it).
 The engine and the Lambda functions sit below the whole kit. An import under ``if TYPE_CHECKING:``
 never runs, and one under ``if __name__ == "__main__":`` runs only when the module is the program
 (above every layer): both are exempt from the direction and cycle rules, not from the function rule.
@@ -165,9 +167,47 @@ def violations() -> tuple[set[str], dict[str, set[str]]]:
     return found, graph
 
 
+# (importer's package, the package it must never import): the emulator serves the functions' AWS
+# calls without knowing them, so the Lambda imitation may use the emulator and never the reverse.
+FORBIDDEN = (("loom.local.emulator", "loom.local.lambdas"),)
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def forbidden_imports(me: str, tree: ast.Module, is_package: bool, modules: dict[str, Path]) -> set[str]:
+    """Each import of ``me`` into a package it must not import; guarded or not, a function's or not."""
+    found: set[str] = set()
+    for name, _, _ in imports(tree, me, is_package):
+        target = resolve(name, modules)
+        for importer, forbidden in FORBIDDEN:
+            if within(me, importer) and within(target, forbidden):
+                found.add(f"{me} imports {target}: {importer} never imports {forbidden}")
+    return found
+
+
 def test_every_kit_module_has_a_layer_and_imports_go_only_downward() -> None:
     found, _ = violations()
     assert not found, "kit layer violations:\n" + "\n".join(sorted(found))
+
+
+def test_the_emulator_never_imports_the_lambda_imitation() -> None:
+    modules = kit_modules()
+    found: set[str] = set()
+    for me, path in modules.items():
+        found |= forbidden_imports(me, ast.parse(path.read_text(), str(path)), path.name == "__init__.py", modules)
+    assert not found, "\n".join(sorted(found))
+
+
+def test_every_layer_names_a_kit_module_and_both_local_packages_hold_modules() -> None:
+    """A renamed or removed package leaves no entry behind, and each of loom.local's layers is in use."""
+    modules = kit_modules()
+    assert sorted(name for name in LAYERS if name not in modules) == []
+    for importer, forbidden in FORBIDDEN:
+        for package in (importer, forbidden):
+            assert ROOT.joinpath(*package.split("."), "__init__.py").is_file()
+            assert [m for m in modules if within(m, package) and m != package], f"{package} holds no module"
 
 
 def test_kit_import_graph_has_no_cycle() -> None:
@@ -206,3 +246,28 @@ def test_the_kit_checker_sees_what_it_must() -> None:
         resolve("loom.local.emulator.clock.advance", {"loom.local.emulator.clock": Path()})
         == "loom.local.emulator.clock"
     )
+
+
+def test_the_forbidden_direction_checker_sees_what_it_must() -> None:
+    """It finds the emulator's import of the Lambda imitation in every form, and lets the other way pass."""
+    modules = {name: Path() for name in ("loom.local.lambdas.pool", "loom.local.emulator.clock", "loom.local.stack")}
+    breach = "loom.local.emulator.meter imports loom.local.lambdas.pool: "
+    breach += "loom.local.emulator never imports loom.local.lambdas"
+    for form in (
+        "from loom.local.lambdas import pool\n",
+        "from ..lambdas.pool import FunctionPool\n",
+        "import loom.local.lambdas.pool\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loom.local.lambdas.pool import FunctionPool\n",
+        "def f():\n    from loom.local.lambdas import pool\n",
+    ):
+        assert forbidden_imports("loom.local.emulator.meter", ast.parse(form), False, modules) == {breach}, form
+    allowed = "from loom.local import stack\nfrom loom.local.emulator import clock\n"
+    assert forbidden_imports("loom.local.emulator.meter", ast.parse(allowed), False, modules) == set()
+    assert forbidden_imports("loom.local.emulator", ast.parse("from ..lambdas import pool\n"), True, modules)
+    assert (
+        forbidden_imports(
+            "loom.local.lambdas.esm", ast.parse("from loom.local.emulator import clock\n"), False, modules
+        )
+        == set()
+    )
+    assert not within("loom.local.emulator_old", "loom.local.emulator")
