@@ -10,7 +10,7 @@ from typing import Any
 
 from chaos.target import WORKFLOW_MODULES, Target
 from chaos.throttle import ThrottleProxy
-from loom.local.package import makefile_sources
+from loom.local.lambdas.package import makefile_sources
 from loom.local.stack import LocalStack, StackOptions
 
 # Small numbers so that every recovery path (redelivery, lease, sweeper) fires in seconds.

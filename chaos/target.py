@@ -38,10 +38,10 @@ from engine.workflow import default_registry
 from functions.wiring import FileOffsetClock, load_workflows
 from loom import stackfile
 from loom.jsonvalue import loads_object
-from loom.local import clock as local_clock
-from loom.local.client import LocalApi, call
-from loom.local.emulator import EmulatorKeys, docker_available, fake_credentials
-from loom.local.sigv4 import Principal
+from loom.local.emulator import clock as local_clock
+from loom.local.emulator.backends import EmulatorKeys, docker_available, fake_credentials
+from loom.local.emulator.client import LocalApi, call
+from loom.local.emulator.sigv4 import Principal
 
 # The kit's own calls: patient with a busy emulator, never through the throttling proxy.
 KIT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=60)
@@ -82,7 +82,7 @@ class Target:
     docker_kill: bool = False  # workers are Lambda containers (LocalStack): kill them through Docker
     endpoints: dict[str, str] = field(default_factory=dict)  # service -> endpoint where not endpoint_url
     note: str = ""  # what the run should say about its emulator ("offline: DynamoDB from the embedded emulator")
-    # The embedded emulator's admin key (loom.local.emulator.EmulatorKeys); None: LocalStack takes any key.
+    # The embedded emulator's admin key (loom.local.emulator.backends.EmulatorKeys); None: LocalStack takes any key.
     emulator_keys: Any = None
 
     # ------------------------------------------------------------ construction

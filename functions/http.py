@@ -1,6 +1,6 @@
 """Function URL payload format 2.0: requests in, JSON responses out, and a small router.
 
-The local stack builds the same event shape from plain HTTP (loom/local/events.py), so
+The local stack builds the same event shape from plain HTTP (loom/local/lambdas/events.py), so
 ``functions.api.handler`` runs there exactly as Lambda runs it.
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 from moto.server import ThreadedMotoServer
 
-from loom.local.emulator import EmbeddedEmulator
+from loom.local.emulator.backends import EmbeddedEmulator
 
 KEY = {"PK": {"S": "a"}}
 

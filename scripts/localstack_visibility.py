@@ -15,8 +15,8 @@ import time
 
 import boto3
 
-from loom.local import localstack_host
-from loom.local.emulator import EmbeddedEmulator, fake_credentials
+from loom.local.emulator import localstack_host
+from loom.local.emulator.backends import EmbeddedEmulator, fake_credentials
 
 
 def measure(url: str, samples: int, timeout: int) -> list[float]:

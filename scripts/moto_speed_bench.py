@@ -1,4 +1,4 @@
-"""How much loom/local/moto_speed.py saves the embedded emulator, call by call (DESIGN.md,
+"""How much loom/local/emulator/moto_speed.py saves the embedded emulator, call by call (DESIGN.md,
 "Soak at 1,000 executions"): moto in-process, once as moto ships and once with the fixes.
 
     .venv/bin/python scripts/moto_speed_bench.py
@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from loom.local import moto_speed
+from loom.local.emulator import moto_speed
 
 EXECUTION = {
     "status": {"S": "RUNNING"},

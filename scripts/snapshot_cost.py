@@ -15,7 +15,7 @@ from pathlib import Path
 import boto3
 from moto import mock_aws
 
-from loom.local import snapshot
+from loom.local.emulator import snapshot
 from loom.template import create_resources
 
 

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from loom.local.client import ok
+from loom.local.emulator.client import ok
 from loom.local.stack import LocalStack, StackOptions
 
 tmp = Path(tempfile.mkdtemp(prefix="loom-docs-"))

@@ -3,10 +3,10 @@
 The local stack runs functions in child processes, where the benchmark could
 not see their requests. Here the same pieces are assembled around in-process
 handlers instead: moto's server in its child process
-(:class:`loom.local.emulator.EmbeddedEmulator`), the template's resources
+(:class:`loom.local.emulator.backends.EmbeddedEmulator`), the template's resources
 (:func:`loom.template.create_resources`), the functions' environments resolved
 from the template, the local stack's SQS event source emulator
-(:class:`loom.local.esm.SqsEventSource`) fed by :class:`InProcessFunction` in
+(:class:`loom.local.lambdas.esm.SqsEventSource`) fed by :class:`InProcessFunction` in
 place of a process pool, and a sweeper ticker. ``functions.wiring.session`` is
 pointed at a counted session so the engine the handlers build is metered.
 """
@@ -30,12 +30,12 @@ from functions import wiring
 from functions.settings import Settings
 from loom.bench.meter import Meter
 from loom.jsonvalue import as_object
-from loom.local import clock as offset_clock
-from loom.local.emulator import EmbeddedEmulator
-from loom.local.esm import EsmConfig, SqsEventSource
-from loom.local.events import scheduled_event
-from loom.local.pool import Invocation
-from loom.local.runtime import LambdaContext
+from loom.local.emulator import clock as offset_clock
+from loom.local.emulator.backends import EmbeddedEmulator
+from loom.local.lambdas.esm import EsmConfig, SqsEventSource
+from loom.local.lambdas.events import scheduled_event
+from loom.local.lambdas.pool import Invocation
+from loom.local.lambdas.runtime import LambdaContext
 from loom.template import Template, create_resources, function_environment
 
 REGION = "us-east-1"
@@ -54,7 +54,7 @@ class _Resources:
 
 @dataclass
 class InProcessFunction:
-    """Stands in for :class:`loom.local.pool.FunctionPool`: ``invoke`` calls the handler here.
+    """Stands in for :class:`loom.local.lambdas.pool.FunctionPool`: ``invoke`` calls the handler here.
 
     Invocations are timed (Lambda bills duration) and tagged with ``role`` for the meter.
     """

@@ -26,7 +26,7 @@ from typing import Any
 
 import moto
 
-from loom.local.client import LocalApi, ok
+from loom.local.emulator.client import LocalApi, ok
 from loom.local.stack import LocalStack, StackOptions
 
 TARGET_STEPS_PER_SECOND = 150.0
@@ -263,7 +263,7 @@ def run(
     )
     began = time.time()
     meter = state_dir / "emulator-meter.json"
-    os.environ[METER_ENV] = str(meter)  # the emulator inherits it: CPU per operation (loom.local.moto_http)
+    os.environ[METER_ENV] = str(meter)  # the emulator inherits it: CPU per operation (loom.local.emulator.moto_http)
     with LocalStack(options) as stack:
         workers_used = len(stack.worker_pids())
         lone_figures = run_lone(stack, lone, workflow, timeout)  # first: on an empty table, as a user's first run

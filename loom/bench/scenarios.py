@@ -24,7 +24,7 @@ from engine.workflow import StepSpec, default_registry
 from loom.bench.inprocess import REGION, BenchStack
 from loom.bench.local_speed import read_history
 from loom.bench.meter import Call, Meter
-from loom.local.events import sqs_event
+from loom.local.lambdas.events import sqs_event
 from workflows import examples
 
 WORKFLOW = "pipeline"  # workflows/examples.py: ten plain steps

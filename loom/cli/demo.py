@@ -26,8 +26,8 @@ from engine.adapters.ledger import DynamoLedger
 from engine.log import configure
 from loom.cli.output import table
 from loom.local import private
-from loom.local.client import ApiError, LocalApi, ok
-from loom.local.clock import format_duration
+from loom.local.emulator.client import ApiError, LocalApi, ok
+from loom.local.emulator.clock import format_duration
 from loom.local.stack import LocalStack, StackOptions
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED")

@@ -19,13 +19,13 @@ from loom.cli import console
 from loom.cli.demo import Demo, DemoOptions
 from loom.cli.output import error
 from loom.console.app import serve_stack
-from loom.local import clock as offset_clock
 from loom.local import private, procs
-from loom.local.aws import StackNotReady, stack_info
-from loom.local.emulator import EmulatorError
-from loom.local.package import PackageError
-from loom.local.reload import SourceWatcher
-from loom.local.snapshot import SnapshotError
+from loom.local.emulator import clock as offset_clock
+from loom.local.emulator.aws import StackNotReady, stack_info
+from loom.local.emulator.backends import EmulatorError
+from loom.local.emulator.snapshot import SnapshotError
+from loom.local.lambdas.package import PackageError
+from loom.local.lambdas.reload import SourceWatcher
 from loom.local.stack import REGION, LocalStack, PortTaken, StackOptions
 
 DETACH_TIMEOUT = 180.0

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from loom.cli.output import error
-from loom.local import localstack_host
+from loom.local.emulator import localstack_host
 
 
 def register(sub: Any) -> None:

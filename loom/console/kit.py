@@ -1,6 +1,6 @@
 """Local-only controls of the console: the functions' clock and the chaos scenarios.
 
-They call the kit (loom.local.clock, the stack's sweeper, chaos.runner), never the table
+They call the kit (loom.local.emulator.clock, the stack's sweeper, chaos.runner), never the table
 directly. A deployed stack has none of them: its clock is real time and its faults are real.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from chaos import SCENARIOS
 from chaos.runner import scenario
 from chaos.scenario import execute
-from loom.local import clock as offset_clock
+from loom.local.emulator import clock as offset_clock
 
 MAX_RUNS = 50  # kept in memory, newest last
 

@@ -4,6 +4,6 @@
 thin command line over it. Functions run in separate OS processes fed by
 emulators of what AWS does around them: the SQS event source mapping, the
 EventBridge schedule and the Function URL. Each function process sees only its
-deployment package, built as ``sam build`` builds it (:mod:`loom.local.package`),
+deployment package, built as ``sam build`` builds it (:mod:`loom.local.lambdas.package`),
 with a read-only task root and its MemorySize enforced.
 """

@@ -34,12 +34,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from engine.log import get_logger
 from loom import stackfile
 from loom.jsonvalue import as_object
-from loom.local import clock as offset_clock
-from loom.local import concurrency, private, procs, snapshot
-from loom.local.async_invoke import AsyncInvoker, AsyncPolicy
-from loom.local.aws_services import template_services
-from loom.local.client import LocalApi
-from loom.local.emulator import (
+from loom.local import private, procs
+from loom.local.emulator import clock as offset_clock
+from loom.local.emulator import snapshot
+from loom.local.emulator.aws_services import template_services
+from loom.local.emulator.backends import (
     DynamoSource,
     EmbeddedEmulator,
     EmulatorError,
@@ -47,16 +46,19 @@ from loom.local.emulator import (
     LocalStackEmulator,
     fake_credentials,
 )
-from loom.local.esm import BatchOutcome, EsmConfig, SqsEventSource
-from loom.local.events import schedule_seconds, scheduled_event
-from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
-from loom.local.iam import create_and_assume, function_roles
-from loom.local.imports import FunctionImports, check_group, group_checks
-from loom.local.package import FunctionPackage
-from loom.local.package import build as build_package
-from loom.local.pool import FunctionPool, Invocation, output_file
-from loom.local.sigv4 import Principal, new_principal
-from loom.local.standard_queue import StandardQueueChaos
+from loom.local.emulator.client import LocalApi
+from loom.local.emulator.sigv4 import Principal, new_principal
+from loom.local.lambdas import concurrency
+from loom.local.lambdas.async_invoke import AsyncInvoker, AsyncPolicy
+from loom.local.lambdas.esm import BatchOutcome, EsmConfig, SqsEventSource
+from loom.local.lambdas.events import schedule_seconds, scheduled_event
+from loom.local.lambdas.http import AuthType, FunctionUrlServer, UrlAuth
+from loom.local.lambdas.iam import create_and_assume, function_roles
+from loom.local.lambdas.imports import FunctionImports, check_group, group_checks
+from loom.local.lambdas.package import FunctionPackage
+from loom.local.lambdas.package import build as build_package
+from loom.local.lambdas.pool import FunctionPool, Invocation, output_file
+from loom.local.lambdas.standard_queue import StandardQueueChaos
 from loom.template import ROOT, TEMPLATE, FunctionSpec, Template, create_resources, function_environment
 from loom.template import load as load_template
 from loom.ttl import Reaper, ttl_attribute
@@ -122,7 +124,7 @@ class FunctionFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class StackOptions:
-    emulator: str = "embedded"  # embedded | localstack (aws has no local functions: see loom.local.aws)
+    emulator: str = "embedded"  # embedded | localstack (aws has no local functions: see loom.local.emulator.aws)
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT  # the embedded emulator's port; 0 picks a free one
     api_port: int = DEFAULT_API_PORT  # the control plane's port; 0 picks a free one
@@ -810,7 +812,7 @@ class LocalStack:
 
     @property
     def api(self) -> LocalApi:
-        """The control plane's URL and the principal to sign requests with (loom.local.client)."""
+        """The control plane's URL and the principal to sign requests with (loom.local.emulator.client)."""
         if self.api_url is None:
             raise EmulatorError("the stack has no control plane (not started, or no Function URL)")
         return LocalApi(self.api_url, self.principal.credentials(), self.options.region)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from chaos.target import Target
-from loom.local.standard_queue import StandardQueueChaos
+from loom.local.lambdas.standard_queue import StandardQueueChaos
 
 pytestmark = pytest.mark.chaos
 

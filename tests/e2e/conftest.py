@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.local.package import FunctionPackage, build
+from loom.local.lambdas.package import FunctionPackage, build
 
 ROOT = Path(__file__).resolve().parents[2]
 

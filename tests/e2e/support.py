@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loom.local.client import LocalApi, call, ok
+from loom.local.emulator.client import LocalApi, call, ok
 from tests.logs import json_lines
 
 LOOM = [sys.executable, "-m", "loom"]

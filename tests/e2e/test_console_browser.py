@@ -26,8 +26,8 @@ import pytest
 from engine.adapters.ledger import DynamoLedger
 from loom.console.app import serve_stack
 from loom.console.auth import TOKEN_HEADER
-from loom.local.client import LocalApi, call, ok
-from loom.local.sigv4 import new_principal
+from loom.local.emulator.client import LocalApi, call, ok
+from loom.local.emulator.sigv4 import new_principal
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import start, status_of, wait_for, wait_status
 

@@ -22,9 +22,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from loom.local.client import call
-from loom.local.emulator import API_KEY_HEADER, EmbeddedEmulator
-from loom.local.samlocal import credential_exports
+from loom.local.emulator.backends import API_KEY_HEADER, EmbeddedEmulator
+from loom.local.emulator.client import call
+from loom.local.emulator.samlocal import credential_exports
 from loom.local.stack import LocalStack, StackOptions
 from loom.template import load
 

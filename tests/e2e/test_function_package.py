@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loom.local.client import LocalApi, ok
-from loom.local.package import PackageError, build, configured_sources, makefile_sources, resolve_sources
+from loom.local.emulator.client import LocalApi, ok
+from loom.local.lambdas.package import PackageError, build, configured_sources, makefile_sources, resolve_sources
 from tests.e2e.support import ROOT, alive, all_pids, loom, stack_info, start, wait_for, wait_status
 
 pytestmark = pytest.mark.e2e

@@ -10,8 +10,8 @@ from pathlib import Path
 import botocore
 import pytest
 
-from loom.local.package import FunctionPackage, build
-from loom.local.pool import FunctionPool
+from loom.local.lambdas.package import FunctionPackage, build
+from loom.local.lambdas.pool import FunctionPool
 
 pytestmark = pytest.mark.e2e
 

@@ -24,11 +24,11 @@ from freezegun import freeze_time
 
 from engine.log import configure
 from loom.client import sign
-from loom.local.client import LocalApi, call
-from loom.local.http import AuthType, FunctionUrlServer, UrlAuth
-from loom.local.package import FunctionPackage
-from loom.local.pool import FunctionPool
-from loom.local.sigv4 import new_principal
+from loom.local.emulator.client import LocalApi, call
+from loom.local.emulator.sigv4 import new_principal
+from loom.local.lambdas.http import AuthType, FunctionUrlServer, UrlAuth
+from loom.local.lambdas.package import FunctionPackage
+from loom.local.lambdas.pool import FunctionPool
 from tests.logs import json_lines
 
 pytestmark = pytest.mark.e2e

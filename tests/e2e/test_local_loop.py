@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from loom.local import procs
-from loom.local.client import LocalApi, call
+from loom.local.emulator.client import LocalApi, call
 from tests.e2e.support import loom, stack_info, start, status_of, wait_for, wait_status
 
 pytestmark = [pytest.mark.e2e]

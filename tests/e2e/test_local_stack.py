@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.client import LocalApi, ok
+from loom.local.emulator.client import LocalApi, ok
 from tests.e2e.support import (
     alive,
     all_pids,

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from loom.local.aws import StackNotReady, stack_info
-from loom.local.client import LocalApi, call, ok
-from loom.local.emulator import docker_available
-from loom.local.samlocal import env_vars
-from loom.local.sigv4 import new_principal
+from loom.local.emulator.aws import StackNotReady, stack_info
+from loom.local.emulator.backends import docker_available
+from loom.local.emulator.client import LocalApi, call, ok
+from loom.local.emulator.samlocal import env_vars
+from loom.local.emulator.sigv4 import new_principal
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import ROOT, loom, wait_for
 
@@ -45,7 +45,7 @@ def test_compose_pins_localstack_with_the_services_we_use():
 
 def test_committed_sam_env_file_is_what_the_template_gives():
     committed = json.loads((ROOT / "events" / "local-env.json").read_text())
-    assert committed == env_vars(), "regenerate: python -m loom.local.samlocal > events/local-env.json"
+    assert committed == env_vars(), "regenerate: python -m loom.local.emulator.samlocal > events/local-env.json"
     for env in committed.values():
         assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:5230"
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import boto3
 import pytest
 
-from loom.local import localstack_host
-from loom.local.client import LocalApi, ok
-from loom.local.emulator import fake_credentials
+from loom.local.emulator import localstack_host
+from loom.local.emulator.backends import fake_credentials
+from loom.local.emulator.client import LocalApi, ok
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import ROOT, alive, loom, stack_info, start, wait_for, wait_status
 

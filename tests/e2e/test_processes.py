@@ -163,8 +163,8 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path):
 DRIVER = textwrap.dedent(
     """
     import json, sys, tempfile, threading
-    from loom.local.package import build
-    from loom.local.pool import FunctionPool
+    from loom.local.lambdas.package import build
+    from loom.local.lambdas.pool import FunctionPool
     package = build(tempfile.mkdtemp(), [sys.argv[1] + "/tests"])
     pool = FunctionPool(function="Fake", handler="tests.e2e.fake_handlers.sleepy",
                         env={"PATH": "/usr/bin:/bin"}, timeout=120, package=package).start()

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from loom.local.package import FunctionPackage
-from loom.local.pool import FunctionPool
+from loom.local.lambdas.package import FunctionPackage
+from loom.local.lambdas.pool import FunctionPool
 from loom.local.stack import LocalStack, StackOptions
 
 pytestmark = pytest.mark.e2e

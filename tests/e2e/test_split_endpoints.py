@@ -16,7 +16,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from loom.local import stack as stack_module
-from loom.local.emulator import DynamoSource, LocalStackMode
+from loom.local.emulator.backends import DynamoSource, LocalStackMode
 from loom.local.stack import LocalStack, StackOptions
 from tests.e2e.support import start, wait_status
 

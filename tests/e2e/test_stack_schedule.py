@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from loom.local.async_invoke import Verdict
-from loom.local.concurrency import CapSource
-from loom.local.package import makefile_sources
+from loom.local.lambdas.async_invoke import Verdict
+from loom.local.lambdas.concurrency import CapSource
+from loom.local.lambdas.package import makefile_sources
 from loom.local.stack import LocalStack, StackOptions
 from loom.template import load
 

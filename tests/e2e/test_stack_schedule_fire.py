@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.client import LocalApi, ok
+from loom.local.emulator.client import LocalApi, ok
 from tests.e2e.support import alive, all_pids, log_lines, loom, stack_info, wait_for, wait_status
 
 pytestmark = [pytest.mark.e2e]

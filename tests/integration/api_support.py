@@ -1,6 +1,6 @@
 """Helpers for the handler, API and CLI tests: the functions' environment from template.yaml,
 Function URL events, a local HTTP server in front of ``functions.api.handler``, and a
-server answering with the local stack's SigV4 check (loom.local.sigv4)."""
+server answering with the local stack's SigV4 check (loom.local.emulator.sigv4)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from functions import api
-from loom.local.events import HttpRequest, function_url_event
-from loom.local.sigv4 import Principal, amz_now, verify
+from loom.local.emulator.sigv4 import Principal, amz_now, verify
+from loom.local.lambdas.events import HttpRequest, function_url_event
 from loom.template import Template, function_environment
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -91,7 +91,7 @@ def function_url_server(principal: Principal, region: str = "us-east-1") -> Iter
     """``functions.api.handler`` behind http.server on a free port; yields its base URL.
 
     It answers like the local stack's AWS_IAM Function URL: the same SigV4 check
-    (loom.local.sigv4), 403 with AWS's body unless signed by ``principal``.
+    (loom.local.emulator.sigv4), 403 with AWS's body unless signed by ``principal``.
     """
 
     class Handler(BaseHTTPRequestHandler):

@@ -24,7 +24,7 @@ from engine import Registry
 from functions import wiring
 from loom import stackfile
 from loom.cli import executions
-from loom.local.sigv4 import Principal, new_principal
+from loom.local.emulator.sigv4 import Principal, new_principal
 from loom.template import create_resources
 from tests.integration.api_support import Functions, function_url_server, sample_event
 from workflows import versioned

@@ -20,8 +20,8 @@ from loom.console.auth import TOKEN_HEADER
 from loom.console.kit import Kit
 from loom.console.proxy import Proxy
 from loom.console.server import ConsoleServer
-from loom.local import clock as offset_clock
-from loom.local.sigv4 import Principal, amz_now, new_principal, verify
+from loom.local.emulator import clock as offset_clock
+from loom.local.emulator.sigv4 import Principal, amz_now, new_principal, verify
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from cfnlint.api import lint
 
-from loom.local.deploy_check import CheckError, derive, lambda_verdict
+from loom.local.emulator.deploy_check import CheckError, derive, lambda_verdict
 from loom.template import load
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 moto alone checks the condition and writes in separate steps, so two racing
 writers could both win (about one race in six without the lock in
-loom/local/emulator_main.py). Loom's one-commit-per-step rests on one winner.
+loom/local/emulator/moto_server.py). Loom's one-commit-per-step rests on one winner.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
-from loom.local.emulator import EmbeddedEmulator
+from loom.local.emulator.backends import EmbeddedEmulator
 
 pytestmark = [pytest.mark.integration, pytest.mark.server, pytest.mark.timeout(120)]
 
@@ -103,7 +103,7 @@ def test_racing_conditional_writes_have_exactly_one_winner(emulator: EmbeddedEmu
 
 
 def test_the_emulator_applies_a_resent_transaction_once(emulator: EmbeddedEmulator) -> None:
-    """ClientRequestToken (loom/local/moto_tokens.py): botocore's resend of a transaction whose
+    """ClientRequestToken (loom/local/emulator/moto_tokens.py): botocore's resend of a transaction whose
     answer was lost writes nothing again, as in DynamoDB."""
     assert emulator.keys is not None
     db = emulator.keys.session("us-east-1").client("dynamodb", endpoint_url=emulator.endpoint_url)

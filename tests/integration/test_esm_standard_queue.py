@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from loom.local.esm import EsmConfig, SqsEventSource
-from loom.local.pool import Invocation
-from loom.local.standard_queue import StandardQueueChaos
+from loom.local.lambdas.esm import EsmConfig, SqsEventSource
+from loom.local.lambdas.pool import Invocation
+from loom.local.lambdas.standard_queue import StandardQueueChaos
 
 pytestmark = pytest.mark.integration
 

@@ -18,12 +18,12 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, LambdaFunctionUrlModel, SqsModel
 from samcli.lib.generated_sample_events.events import Events
 
-from loom.local.client import LocalApi, call
-from loom.local.esm import EsmConfig, SqsEventSource
-from loom.local.events import function_url_response, scheduled_event
-from loom.local.http import FunctionUrlServer, UrlAuth
-from loom.local.pool import Invocation
-from loom.local.sigv4 import new_principal
+from loom.local.emulator.client import LocalApi, call
+from loom.local.emulator.sigv4 import new_principal
+from loom.local.lambdas.esm import EsmConfig, SqsEventSource
+from loom.local.lambdas.events import function_url_response, scheduled_event
+from loom.local.lambdas.http import FunctionUrlServer, UrlAuth
+from loom.local.lambdas.pool import Invocation
 
 pytestmark = pytest.mark.integration
 

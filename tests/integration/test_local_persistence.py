@@ -1,5 +1,5 @@
 """The embedded emulator's data survives a restart: saved from moto's backends, restored with
-public APIs. This also pins the moto internals the capture reads (see loom.local.snapshot)."""
+public APIs. This also pins the moto internals the capture reads (see loom.local.emulator.snapshot)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from loom.local import snapshot
-from loom.local.emulator import EmbeddedEmulator
+from loom.local.emulator import snapshot
+from loom.local.emulator.backends import EmbeddedEmulator
 from loom.local.stack import _EndpointSession
 from loom.template import create_resources
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from loom.local.aws_services import resource_services, template_services
+from loom.local.emulator.aws_services import resource_services, template_services
 from loom.template import ROOT, Template
 
 pytestmark = pytest.mark.integration

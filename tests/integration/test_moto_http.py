@@ -1,4 +1,4 @@
-"""The emulator's keep-alive handler (loom.local.moto_http): moto's answers, over one connection."""
+"""The emulator's keep-alive handler (loom.local.emulator.moto_http): moto's answers, over one connection."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local import moto_http
-from loom.local.moto_http import KeepAliveHandler, parse_headers, request_length
+from loom.local.emulator import moto_http
+from loom.local.emulator.moto_http import KeepAliveHandler, parse_headers, request_length
 
 pytestmark = pytest.mark.integration
 

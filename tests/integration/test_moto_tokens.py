@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.dynamodb.responses import DynamoHandler
 
-from loom.local import moto_tokens
+from loom.local.emulator import moto_tokens
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 from engine.adapters import dynamodb as ddb
 from engine.config import EngineConfig
 from functions import settings
-from loom.local.iam import function_roles, local_trust
+from loom.local.lambdas.iam import function_roles, local_trust
 from loom.template import ROOT, Template, TemplateError
 
 pytestmark = pytest.mark.integration

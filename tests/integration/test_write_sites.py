@@ -10,7 +10,7 @@ same request again (DESIGN.md, "Write tokens"). ``KINDS`` names every write by i
 - a lost answer on each kind ends its scenario exactly as the scenario ends without the fault.
 
 The moto here honours ``ClientRequestToken`` on TransactWriteItems as DynamoDB does
-(loom/local/moto_tokens.py, which the local stack's emulator applies too).
+(loom/local/emulator/moto_tokens.py, which the local stack's emulator applies too).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from moto.dynamodb.responses import DynamoHandler
 
 from engine.adapters.ledger import DynamoLedger
-from loom.local import moto_tokens
+from loom.local.emulator import moto_tokens
 from loom.testing import WorkflowTest
 from tests.integration.write_sites import LEDGER_WRITE, LostAt, Sites, innermost, static_sites
 from tests.integration.write_workload import SCENARIOS, World, ended, registry

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from loom.local.async_invoke import AsyncInvoker, AsyncPolicy, Verdict, decide
-from loom.local.pool import Invocation
+from loom.local.lambdas.async_invoke import AsyncInvoker, AsyncPolicy, Verdict, decide
+from loom.local.lambdas.pool import Invocation
 
 pytestmark = pytest.mark.unit
 
@@ -137,7 +137,7 @@ def test_a_retry_that_succeeds_ends_the_event() -> None:
 
 
 def test_a_backlog_past_the_local_bound_drops_new_events_instead_of_growing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from loom.local import async_invoke
+    from loom.local.lambdas import async_invoke
 
     monkeypatch.setattr(async_invoke, "MAX_BACKLOG", 2)
     release = threading.Event()

@@ -12,7 +12,7 @@ import pytest
 
 from loom.cli import demo as demo_module
 from loom.cli.demo import Demo, DemoOptions
-from loom.local.client import ApiError
+from loom.local.emulator.client import ApiError
 
 INBOX = {
     "p1:1.1": {"kind": "payment_request", "amount": 12, "callback_token": "old-token"},

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.concurrency import LOCAL_PROCESS_LIMIT, CapSource, ConcurrencyError, plan
+from loom.local.lambdas.concurrency import LOCAL_PROCESS_LIMIT, CapSource, ConcurrencyError, plan
 from loom.template import FunctionSpec
 
 pytestmark = pytest.mark.unit

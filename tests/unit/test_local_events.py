@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from loom.local.clock import format_duration, parse_duration
-from loom.local.events import (
+from loom.local.emulator.clock import format_duration, parse_duration
+from loom.local.lambdas.events import (
     HttpRequest,
     batch_failures,
     function_error_response,
@@ -19,7 +19,7 @@ from loom.local.events import (
     scheduled_event,
     sqs_event,
 )
-from loom.local.http import FramingError, body_length
+from loom.local.lambdas.http import FramingError, body_length
 
 pytestmark = pytest.mark.unit
 

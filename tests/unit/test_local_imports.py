@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loom.local.imports import FunctionImports, describe, group_checks, modules_of
+from loom.local.lambdas.imports import FunctionImports, describe, group_checks, modules_of
 
 SOURCES = ("engine", "functions", "workflows")
 

@@ -16,8 +16,8 @@ import structlog
 from engine.clock import MAX_OFFSET_SECONDS, FakeClock, OffsetClock
 from functions.wiring import FileOffsetClock
 from loom.cli import build_parser, console, output
-from loom.local import clock as offset_clock
-from loom.local.reload import SourceWatcher, changed, fingerprint
+from loom.local.emulator import clock as offset_clock
+from loom.local.lambdas.reload import SourceWatcher, changed, fingerprint
 
 # ---------------------------------------------------------------------- the clock
 

@@ -1,4 +1,4 @@
-"""The local Function URL's AWS_IAM check (loom.local.sigv4): what Lambda accepts, and what it
+"""The local Function URL's AWS_IAM check (loom.local.emulator.sigv4): what Lambda accepts, and what it
 answers for everything else. Requests are signed by the CLI's own signer (loom.client.sign)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from botocore.credentials import Credentials
 from freezegun import freeze_time
 
 from loom.client import sign
-from loom.local.sigv4 import AuthFailure, Principal, new_principal, verify
+from loom.local.emulator.sigv4 import AuthFailure, Principal, new_principal, verify
 
 pytestmark = pytest.mark.unit
 

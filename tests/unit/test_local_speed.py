@@ -16,7 +16,7 @@ from loom.bench.local_speed import (
     gap_figures,
     meter_per_step,
 )
-from loom.local.emulator_meter import RequestMeter, operation
+from loom.local.emulator.meter import RequestMeter, operation
 
 pytestmark = pytest.mark.unit
 

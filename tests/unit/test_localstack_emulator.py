@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loom.local import emulator
+from loom.local.emulator import backends
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +40,7 @@ def _serve(server: ThreadingHTTPServer) -> None:
 
 
 def _fake_compose(calls: list[tuple[str, ...]], on_up: Any = None) -> Any:
-    def compose(self: emulator.LocalStackEmulator, *args: str, timeout: float = 600) -> Any:
+    def compose(self: backends.LocalStackEmulator, *args: str, timeout: float = 600) -> Any:
         calls.append(args)
         if args[0] == "up" and on_up is not None:
             on_up()
@@ -52,11 +52,11 @@ def _fake_compose(calls: list[tuple[str, ...]], on_up: Any = None) -> Any:
 def test_a_running_localstack_is_used_and_left_running(monkeypatch, health) -> None:
     _serve(health)
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(emulator, "docker_available", lambda: (True, ""))
-    monkeypatch.setattr(emulator.LocalStackEmulator, "_compose", _fake_compose(calls))
+    monkeypatch.setattr(backends, "docker_available", lambda: (True, ""))
+    monkeypatch.setattr(backends.LocalStackEmulator, "_compose", _fake_compose(calls))
     url = f"http://127.0.0.1:{health.server_address[1]}"
     try:
-        ls = emulator.LocalStackEmulator(endpoint_url=url).start(timeout=5)
+        ls = backends.LocalStackEmulator(endpoint_url=url).start(timeout=5)
         ls.stop()
     finally:
         health.shutdown()
@@ -65,11 +65,11 @@ def test_a_running_localstack_is_used_and_left_running(monkeypatch, health) -> N
 
 def test_a_localstack_it_starts_is_the_one_it_stops(monkeypatch, health) -> None:
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(emulator, "docker_available", lambda: (True, ""))
-    monkeypatch.setattr(emulator.LocalStackEmulator, "_compose", _fake_compose(calls, on_up=lambda: _serve(health)))
+    monkeypatch.setattr(backends, "docker_available", lambda: (True, ""))
+    monkeypatch.setattr(backends.LocalStackEmulator, "_compose", _fake_compose(calls, on_up=lambda: _serve(health)))
     url = f"http://127.0.0.1:{health.server_address[1]}"
     try:
-        ls = emulator.LocalStackEmulator(endpoint_url=url).start(timeout=5)
+        ls = backends.LocalStackEmulator(endpoint_url=url).start(timeout=5)
         ls.stop()
     finally:
         health.shutdown()
@@ -80,13 +80,13 @@ def test_an_answering_localstack_is_used_without_docker(monkeypatch, health) -> 
     """Bug: start() asked for Docker first and refused a LocalStack that answered ("needs Docker")."""
     _serve(health)
     calls: list[tuple[str, ...]] = []
-    monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
-    monkeypatch.setattr(emulator.LocalStackEmulator, "_compose", _fake_compose(calls))
+    monkeypatch.setattr(backends, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+    monkeypatch.setattr(backends.LocalStackEmulator, "_compose", _fake_compose(calls))
     url = f"http://127.0.0.1:{health.server_address[1]}"
     try:
-        ls = emulator.LocalStackEmulator(endpoint_url=url).start(timeout=5)
-        assert ls.mode is emulator.LocalStackMode.RUNNING
-        assert ls.dynamodb is emulator.DynamoSource.LOCALSTACK
+        ls = backends.LocalStackEmulator(endpoint_url=url).start(timeout=5)
+        assert ls.mode is backends.LocalStackMode.RUNNING
+        assert ls.dynamodb is backends.DynamoSource.LOCALSTACK
         ls.stop()
     finally:
         health.shutdown()
@@ -94,12 +94,12 @@ def test_an_answering_localstack_is_used_without_docker(monkeypatch, health) -> 
 
 
 def test_no_localstack_no_docker_and_no_install_says_the_install_command(monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+    monkeypatch.setattr(backends, "docker_available", lambda: (False, "no Docker engine answers (test)"))
     free = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     url = f"http://127.0.0.1:{free.server_address[1]}"
     free.server_close()  # a port nothing listens on
-    with pytest.raises(emulator.EmulatorError) as raised:
-        emulator.LocalStackEmulator(endpoint_url=url, home=tmp_path).start(timeout=5)
+    with pytest.raises(backends.EmulatorError) as raised:
+        backends.LocalStackEmulator(endpoint_url=url, home=tmp_path).start(timeout=5)
     said = str(raised.value)
     assert "no Docker engine answers (test)" in said
     assert "`loom localstack install`" in said
@@ -118,8 +118,8 @@ def test_no_localstack_no_docker_and_no_install_says_the_install_command(monkeyp
     ],
 )
 def test_whose_dynamodb(choice: str, mode: str, has_local: bool, expected: str) -> None:
-    source, note = emulator.dynamodb_verdict(emulator.DynamoSource(choice), emulator.LocalStackMode(mode), has_local)
-    assert source is emulator.DynamoSource(expected)
+    source, note = backends.dynamodb_verdict(backends.DynamoSource(choice), backends.LocalStackMode(mode), has_local)
+    assert source is backends.DynamoSource(expected)
     if (choice, mode, has_local) == ("auto", "host", False):
         assert note.startswith("offline: DynamoDB from the embedded emulator")
 
@@ -151,7 +151,7 @@ def test_a_dynamodb_that_does_not_answer_in_time_is_reported_with_the_reason(hol
     server.holding = holding  # type: ignore[attr-defined]
     _serve(server)
     try:
-        why = emulator.dynamodb_answers(f"http://127.0.0.1:{server.server_address[1]}", "us-east-1", timeout=1)
+        why = backends.dynamodb_answers(f"http://127.0.0.1:{server.server_address[1]}", "us-east-1", timeout=1)
     finally:
         _SlowDynamo.hold.set()
         server.shutdown()
@@ -164,7 +164,7 @@ def test_a_dynamodb_that_does_not_answer_in_time_is_reported_with_the_reason(hol
 
 
 def test_host_mode_is_not_started_for_an_endpoint_on_another_machine(monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(emulator, "docker_available", lambda: (False, "no Docker engine answers (test)"))
-    monkeypatch.setattr(emulator.localstack_host, "health", lambda url, timeout=2.0: None)
-    with pytest.raises(emulator.EmulatorError, match="on this machine only"):
-        emulator.LocalStackEmulator(endpoint_url="http://10.9.8.7:4566", home=tmp_path).start(timeout=5)
+    monkeypatch.setattr(backends, "docker_available", lambda: (False, "no Docker engine answers (test)"))
+    monkeypatch.setattr(backends.localstack_host, "health", lambda url, timeout=2.0: None)
+    with pytest.raises(backends.EmulatorError, match="on this machine only"):
+        backends.LocalStackEmulator(endpoint_url="http://10.9.8.7:4566", home=tmp_path).start(timeout=5)

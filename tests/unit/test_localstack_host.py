@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.local import localstack_host
+from loom.local.emulator import localstack_host
 
 pytestmark = pytest.mark.unit
 

@@ -51,7 +51,7 @@ def test_the_json_logger_redacts_whatever_logs_a_request():
 
 FIRST_FAILURE = """
 from functions import api
-from loom.local.events import HttpRequest, function_url_event
+from loom.local.lambdas.events import HttpRequest, function_url_event
 
 def broken(request):
     raise RuntimeError("the first request of this process fails")

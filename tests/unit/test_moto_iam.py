@@ -1,10 +1,10 @@
-"""What the embedded emulator authorises each request as (loom.local.moto_iam): AWS's mapping, pure."""
+"""What the embedded emulator authorises each request as (loom.local.emulator.moto_iam): AWS's mapping, pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from loom.local.moto_iam import dynamodb_checks, glob_match, sqs_checks
+from loom.local.emulator.moto_iam import dynamodb_checks, glob_match, sqs_checks
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 from moto import mock_aws
 from moto.sqs import models
 
-from loom.local import moto_speed
+from loom.local.emulator import moto_speed
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""moto's UpdateItem, made cheaper (loom.local.moto_speed): the same answers, errors and items as moto's own path."""
+"""moto's UpdateItem, made cheaper (loom.local.emulator.moto_speed): the same answers, errors, items as moto's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from moto import backends, mock_aws
 from moto.dynamodb.parsing import validators
 
-from loom.local import moto_speed
+from loom.local.emulator import moto_speed
 
 pytestmark = pytest.mark.unit
 

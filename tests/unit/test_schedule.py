@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loom import schedule
-from loom.local.events import schedule_seconds
+from loom.local.lambdas.events import schedule_seconds
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ from freezegun import freeze_time
 
 from loom import client, stackfile
 from loom.client import ClientError, region_from_url, resolve_target, sign
-from loom.local.sigv4 import new_principal
+from loom.local.emulator.sigv4 import new_principal
 
 pytestmark = pytest.mark.unit
 

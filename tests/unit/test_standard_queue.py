@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from loom.local.standard_queue import DUPLICATE_RECEIPT_PREFIX, StandardQueueChaos, is_duplicate
+from loom.local.lambdas.standard_queue import DUPLICATE_RECEIPT_PREFIX, StandardQueueChaos, is_duplicate
 
 pytestmark = pytest.mark.unit
 

@@ -2,7 +2,7 @@
 
 The embedded emulator is moto's server in a child process; LocalStack is one that
 answers already, else compose.yaml's through ``docker compose``, else host mode
-(loom.local.localstack_host) where no Docker engine answers. Either way the functions reach it the
+(loom.local.emulator.localstack_host) where no Docker engine answers. Either way the functions reach it the
 way they reach AWS: boto3 honouring ``AWS_ENDPOINT_URL``.
 """
 
@@ -29,7 +29,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from loom.local import localstack_host
+from loom.local.emulator import localstack_host
 from loom.template import ROOT
 
 COMPOSE_FILE = ROOT / "compose.yaml"
@@ -132,7 +132,7 @@ class EmbeddedEmulator:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> EmbeddedEmulator:
-        argv = [sys.executable, "-m", "loom.local.emulator_main", "--host", self.host, "--port", str(self.port)]
+        argv = [sys.executable, "-m", "loom.local.emulator.moto_server", "--host", self.host, "--port", str(self.port)]
         if self.state_file is not None:
             argv += ["--state-file", str(self.state_file)]
         self.proc = subprocess.Popen(

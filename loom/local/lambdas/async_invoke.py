@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.log import get_logger
-from loom.local.pool import Invocation, PoolClosed
+from loom.local.lambdas.pool import Invocation, PoolClosed
 
 DEFAULT_RETRIES = 2
 DEFAULT_MAX_AGE = 21600.0

@@ -6,7 +6,7 @@ stack talks to this one server, so they all share its state.
 
 It authenticates and authorizes like AWS (see DESIGN.md, "Security: the local stack"): moto
 checks every request's SigV4 signature and the caller's IAM policies from the first request on
-(``INITIAL_NO_AUTH_ACTION_COUNT=0``, set by loom.local.emulator), and the one admin user is made
+(``INITIAL_NO_AUTH_ACTION_COUNT=0``, set by loom.local.emulator.backends), and the one admin user is made
 here, in the process, before the port opens: no request is ever let through unauthenticated, so
 none can slip in first. Its key goes out on stdout (a pipe only the supervisor holds). In front
 of moto, :class:`Gate` refuses any browser (a request with ``Origin``) and ``/moto-api/`` (reset,
@@ -15,9 +15,9 @@ data dump, dashboard, reset-auth) without the stack's key; moto's own CORS is of
 
 With ``--state-file``, the supervisor writes ``persist`` on stdin once it has put the
 saved state back; from then on the data is saved there every ``--snapshot-every``
-seconds while requests arrive, and once more when stdin closes (see loom.local.snapshot).
+seconds while requests arrive, and once more when stdin closes (see loom.local.emulator.snapshot).
 
-    python -m loom.local.emulator_main --host 127.0.0.1 --port 0 [--state-file F]
+    python -m loom.local.emulator.moto_server --host 127.0.0.1 --port 0 [--state-file F]
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from moto.iam.models import iam_backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local import emulator_meter, moto_http, moto_iam, moto_speed, moto_tokens, snapshot
-from loom.local.emulator_meter import RequestMeter
-from loom.local.moto_http import KeepAliveHandler
+from loom.local.emulator import meter, moto_http, moto_iam, moto_speed, moto_tokens, snapshot
+from loom.local.emulator.meter import RequestMeter
+from loom.local.emulator.moto_http import KeepAliveHandler
 
 ACCOUNT_ID = "123456789012"
 ADMIN_USER = "loom-admin"
@@ -114,7 +114,7 @@ def check_settings() -> None:
     if settings.INITIAL_NO_AUTH_ACTION_COUNT != 0 or not settings.DISABLE_GLOBAL_CORS:
         raise SystemExit(
             "emulator: refusing to start without INITIAL_NO_AUTH_ACTION_COUNT=0 and MOTO_DISABLE_GLOBAL_CORS=true "
-            "(loom.local.emulator sets both)"
+            "(loom.local.emulator.backends sets both)"
         )
 
 
@@ -175,7 +175,7 @@ class Saver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="loom.local.emulator_main")
+    parser = argparse.ArgumentParser(prog="loom.local.emulator.moto_server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--state-file", type=Path, default=None, help="save the data here (see `persist`)")
@@ -188,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     moto_iam.apply()  # the (action, resource) pairs AWS authorises each DynamoDB and SQS call as
     moto_http.apply()  # request headers parsed without the email package when they are plain
     if os.environ.get("LOOM_EMULATOR_METER"):  # scripts/bench.py --local-throughput: CPU per operation
-        emulator_meter.METER = RequestMeter(Path(os.environ["LOOM_EMULATOR_METER"]))
-        threading.Thread(target=emulator_meter.METER.run, name="meter", daemon=True).start()
+        meter.METER = RequestMeter(Path(os.environ["LOOM_EMULATOR_METER"]))
+        threading.Thread(target=meter.METER.run, name="meter", daemon=True).start()
     admin, api_key = make_admin(), secrets.token_urlsafe(32)
     app = AtomicDynamoDB(DomainDispatcherApplication(create_backend_app))
-    # Keep-alive: a function process's calls reuse one connection (see loom.local.moto_http).
+    # Keep-alive: a function process's calls reuse one connection (see loom.local.emulator.moto_http).
     server = make_server(args.host, args.port, Gate(app, api_key), threaded=True, request_handler=KeepAliveHandler)
     threading.Thread(target=server.serve_forever, name="moto", daemon=True).start()
     host, port = str(server.server_address[0]), int(server.server_address[1])
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         if line.strip() == "persist":
             saver.on.set()
     saver.save()
-    if emulator_meter.METER is not None:
-        emulator_meter.METER.dump()
+    if meter.METER is not None:
+        meter.METER.dump()
     os._exit(0)
 
 

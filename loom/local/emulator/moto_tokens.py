@@ -9,7 +9,7 @@ applies every request it gets, so botocore's resend of a transaction whose answe
 the local stack and never in AWS. A cancelled transaction wrote nothing and is not remembered:
 its resend is evaluated again, as a first try would be.
 
-The embedded emulator applies this (loom/local/emulator_main.py); so can an in-process moto.
+The embedded emulator applies this (loom/local/emulator/moto_server.py); so can an in-process moto.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 from botocore.credentials import Credentials
 
 from loom.client import sign
-from loom.local.sigv4 import Principal
+from loom.local.emulator.sigv4 import Principal
 
 
 class ApiError(RuntimeError):

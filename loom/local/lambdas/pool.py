@@ -1,7 +1,7 @@
 """A small pool of warm function processes: Lambda concurrency, locally.
 
 Each process runs the local bootstrap from the function's package (see
-:mod:`loom.local.package`): it sees only the task root and the runtime's
+:mod:`loom.local.lambdas.package`): it sees only the task root and the runtime's
 boto3, imports its handler once and serves invocations one at a time. An
 invocation that runs past the function's Timeout is SIGKILLed, as Lambda does;
 so is one whose process passes the function's MemorySize. A process that dies
@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from loom.jsonvalue import loads_object
 from loom.local import private
-from loom.local.package import FunctionPackage
+from loom.local.lambdas.package import FunctionPackage
 
 STARTUP_TIMEOUT = 60.0
 MEMORY_POLL_SECONDS = 0.05  # how often a running invocation's peak memory is read

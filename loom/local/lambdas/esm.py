@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.log import get_logger
-from loom.local.events import batch_failures, sqs_event
-from loom.local.pool import FunctionPool, Invocation, PoolClosed
-from loom.local.standard_queue import StandardQueueChaos, is_duplicate
+from loom.local.lambdas.events import batch_failures, sqs_event
+from loom.local.lambdas.pool import FunctionPool, Invocation, PoolClosed
+from loom.local.lambdas.standard_queue import StandardQueueChaos, is_duplicate
 
 MAX_RECEIVE = 10  # SQS's own limit per ReceiveMessage
 POLL_WAIT_SECONDS = 2  # long poll; short enough that stopping is quick

@@ -25,7 +25,7 @@ from typing import Any
 from moto.moto_server.werkzeug_app import MotoRequestHandler
 from werkzeug.exceptions import InternalServerError
 
-from loom.local import emulator_meter
+from loom.local.emulator import meter
 
 # Headers this handler writes itself (the app's own are dropped): framing and the connection.
 _FRAMING = frozenset({"content-length", "connection", "transfer-encoding"})
@@ -91,15 +91,15 @@ class KeepAliveHandler(MotoRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def handle_one_request(self) -> None:
-        meter = emulator_meter.METER
-        if meter is None:
+        active = meter.METER
+        if active is None:
             super().handle_one_request()
             return
         self.headers = None  # type: ignore[assignment]  # so an idle connection's close is not counted as a request
         started = time.thread_time()
         super().handle_one_request()
         if self.headers is not None:
-            meter.add(emulator_meter.operation(self.headers, self.path), time.thread_time() - started)
+            active.add(meter.operation(self.headers, self.path), time.thread_time() - started)
 
     def run_wsgi(self) -> None:
         length = request_length(self.headers)

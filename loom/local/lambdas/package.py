@@ -8,7 +8,7 @@ development venv:
 - a *task root*: each ``SOURCES`` entry copied (``cp -R`` semantics, no
   ``__pycache__``), plus the installed distributions that requirements.txt
   names, with their dependencies, copied file by file from this environment;
-- a *runtime dir*: the bootstrap (``loom/local/runtime.py``) and links to the
+- a *runtime dir*: the bootstrap (``loom/local/lambdas/runtime.py``) and links to the
   runtime's own boto3, botocore, s3transfer, jmespath, dateutil, urllib3, six.
 
 Both are cached under the state dir by a hash of their content, so an

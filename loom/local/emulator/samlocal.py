@@ -4,13 +4,13 @@ SAM only overrides environment variables the template declares, which is why
 template.yaml declares AWS_ENDPOINT_URL (empty in AWS). The values here are
 what ``loom up`` creates on its default port, derived from the template:
 
-    python -m loom.local.samlocal [--endpoint http://127.0.0.1:5230] > events/local-env.json
+    python -m loom.local.emulator.samlocal [--endpoint http://127.0.0.1:5230] > events/local-env.json
 
 The embedded emulator checks signatures, and `sam local invoke` hands the container the shell's
 AWS credentials; ``--credentials`` prints the running stack's admin key (from its owner-only
 stack file) as ``export`` lines for that shell:
 
-    eval "$(python -m loom.local.samlocal --credentials)"
+    eval "$(python -m loom.local.emulator.samlocal --credentials)"
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def credential_exports(info: dict[str, Any] | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loom.local.samlocal", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m loom.local.emulator.samlocal", description=__doc__.splitlines()[0])
     parser.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="the emulator as the container reaches it")
     parser.add_argument("--credentials", action="store_true", help="print the running stack's emulator key as exports")
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 
 In AWS, ``sam deploy`` creates each ``AWS::IAM::Role`` with its inline policies, and Lambda hands
 the function temporary credentials of its role. Locally the embedded emulator (moto, with IAM
-enforcement on: loom.local.moto_iam) gets the same roles with the same statements, and the
+enforcement on: loom.local.emulator.moto_iam) gets the same roles with the same statements, and the
 supervisor, standing in for the Lambda service, calls ``sts:AssumeRole`` for each function and puts
 the credentials in the function's environment, as Lambda does. A call the role does not allow then
 fails locally with ``AccessDeniedException`` / ``AccessDenied``, as it would on the first deployed run.

@@ -21,7 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from engine.log import get_logger
-from loom.local.events import (
+from loom.local.emulator.sigv4 import Principal, amz_now, verify
+from loom.local.lambdas.events import (
     HttpRequest,
     HttpResponse,
     function_error_response,
@@ -30,8 +31,7 @@ from loom.local.events import (
     ignored_response_fields,
     trace_header,
 )
-from loom.local.pool import FunctionPool, PoolClosed
-from loom.local.sigv4 import Principal, amz_now, verify
+from loom.local.lambdas.pool import FunctionPool, PoolClosed
 
 MAX_BODY = 6 * 1024 * 1024  # Lambda's synchronous payload limit
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loom.local.package import FunctionPackage, PackageError
-from loom.local.pool import package_env, runtime_command
-from loom.local.runtime import CHECK_MARKER
+from loom.local.lambdas.package import FunctionPackage, PackageError
+from loom.local.lambdas.pool import package_env, runtime_command
+from loom.local.lambdas.runtime import CHECK_MARKER
 
 CHECK_TIMEOUT = 120.0
 

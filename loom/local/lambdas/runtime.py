@@ -1,7 +1,7 @@
 """One warm function process, as a Lambda execution environment is.
 
-This file is the bootstrap of the local runtime: :mod:`loom.local.package`
-copies it into the runtime dir and :class:`loom.local.pool.FunctionPool` runs
+This file is the bootstrap of the local runtime: :mod:`loom.local.lambdas.package`
+copies it into the runtime dir and :class:`loom.local.lambdas.pool.FunctionPool` runs
 it with ``python -I -S``, so that the process sees the standard library, the
 task root (the function's package) and the runtime's boto3, and nothing of the
 development venv. It must therefore import only the standard library.

@@ -7,7 +7,7 @@ template of the resources LocalStack can create here (no functions; no tables wh
 would need a download), with every reference to a dropped resource replaced by the value it would
 have, deploys it, checks CREATE_COMPLETE, and deletes it again.
 
-    python -m loom.local.deploy_check [--endpoint-url URL] [--keep] [--stack-name NAME]
+    python -m loom.local.emulator.deploy_check [--endpoint-url URL] [--keep] [--stack-name NAME]
 """
 
 from __future__ import annotations
@@ -25,8 +25,14 @@ from typing import Any
 
 import boto3
 
-from loom.local.aws_services import template_services
-from loom.local.emulator import DynamoSource, EmulatorError, LocalStackEmulator, docker_available, fake_credentials
+from loom.local.emulator.aws_services import template_services
+from loom.local.emulator.backends import (
+    DynamoSource,
+    EmulatorError,
+    LocalStackEmulator,
+    docker_available,
+    fake_credentials,
+)
 from loom.template import TEMPLATE
 from loom.template import load as load_template
 
@@ -260,7 +266,9 @@ def check(endpoint_url: str | None, *, stack: str, region: str, keep: bool, temp
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loom.local.deploy_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loom.local.emulator.deploy_check", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--endpoint-url", default=None, help="LocalStack's endpoint (default http://localhost:4566)")
     parser.add_argument("--stack-name", default=None, help="the check's stack (default: loom-check-<random>)")
     parser.add_argument("--region", default="us-east-1")
