@@ -2,9 +2,9 @@
 heartbeats), and a completion racing its own timeout.
 
 Must show: per token exactly one completion wins (200, not a repeat); every other answer is a
-200 repeat of that same body or a 409; history records the winner and nothing else; the next
-step runs once. Against the timeout, exactly one of the two takes effect, and the API's
-answer agrees with what history shows.
+200 repeat of that same body or a 410 (the wait has ended); history records the winner and
+nothing else; the next step runs once. Against the timeout, exactly one of the two takes
+effect, and the API's answer agrees with what history shows.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def storm(t: Target, token: str) -> list[tuple[str, Any, int, dict[str, Any]]]:
 
 def judge(r: Result, eid: str, answers: list[tuple[str, Any, int, dict[str, Any]]]) -> tuple[str, Any] | None:
     codes = Counter(status for _, _, status, _ in answers)
-    r.expect(set(codes) <= {200, 409}, f"{eid}: answers other than 200/409: {dict(codes)}")
+    # 410: the wait has ended (another body won); 409: a roll-forward that lost to the winner's advance.
+    r.expect(set(codes) <= {200, 409, 410}, f"{eid}: answers other than 200/409/410: {dict(codes)}")
     winners = [(a, b) for a, b, status, ans in answers if status == 200 and a != "heartbeat" and not ans.get("repeat")]
     r.expect(len(winners) == 1, f"{eid}: {len(winners)} winning completions, expected exactly 1")
     if len(winners) != 1:
@@ -103,7 +104,7 @@ def run(t: Target, r: Result) -> None:
         t.tick_sweeper()
         th.join(60)
         w.wait([racer], lambda ex: ex.attempt == 2 or ex.current_step > 1, timeout=60, what="the race's outcome")
-        if answer.get("status") == 409:
+        if answer.get("status") == 410:
             w.wait([racer], lambda ex: ex.status.value == "WAITING" and ex.attempt == 2, timeout=120, what="retry")
             t.http("POST", f"/callbacks/{token_of(t, racer, 2)}/succeed", {"result": {"paid": 9}})
         w.wait([*ids, racer], timeout=120)
@@ -111,7 +112,7 @@ def run(t: Target, r: Result) -> None:
     [record] = [h for h in t.history(racer) if h.index == 1]
     took = record.attempts[0].outcome.value if record.attempts else "none"
     r.expect(
-        (answer.get("status"), took) in ((200, "completed"), (409, "failed")),
+        (answer.get("status"), took) in ((200, "completed"), (410, "failed")),
         f"the racing completion answered {answer.get('status')} but history shows attempt 1 {took}",
     )
     for eid in [*ids, racer]:

@@ -5,7 +5,7 @@ Every kind: ``check_execution`` with the status its plan expects (one commit per
 (no wait held past the end, one signal per wait). Then, by kind (chaos/soak_mix.py):
 
 - callback: exactly one completion won (a second at the same instant, or a late one, is a 200
-  repeat or a 409), and the wait committed the winner's body;
+  repeat, a 410 or a 409), and the wait committed the winner's body;
 - signal: every signal kept, exactly one consumed (the one the wait's commit names);
 - map: each item committed once and counted once by the join, its effect landed once, the
   results in item order (chaos/fanout_join.py's ``check_items``);
@@ -63,8 +63,8 @@ def check_callback(t: Target, seen: Read, p: Any, got: Answers | None) -> list[s
     others = [a for a in got.sent if a != (200, False)]
     if len(wins) > 1 or (not wins and not got.ambiguous):
         out.append(f"callback answers {got.sent}: {len(wins)} winning completion(s), expected exactly 1")
-    if any(status not in (200, 409) for status, _ in others):
-        out.append(f"callback answers other than a 200 repeat or a 409: {got.sent}")
+    if any(status not in (200, 409, 410) for status, _ in others):
+        out.append(f"callback answers other than a 200 repeat, a 409 or a 410: {got.sent}")
     step = int(p.drive["step"])
     record = next((r for r in seen.history if r.index == step and r.status is StepStatus.COMPLETED), None)
     if record is None or record.result != callback_body(ex.id)["result"]:

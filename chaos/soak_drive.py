@@ -20,7 +20,7 @@ from typing import Any
 
 from chaos.observe import Watcher
 from chaos.target import Target
-from engine.errors import ConflictError, TransientError
+from engine.errors import ConflictError, TransientError, WaitEnded
 
 RETRIES = 6
 
@@ -67,6 +67,8 @@ class Driver:
             execution_id, name = path.split("/")[2], path.split("/")[4]
             self.t.engine.signal(execution_id, name, body.get("payload"))
             return 200, False
+        except WaitEnded:  # a ConflictError the API answers 410
+            return 410, False
         except ConflictError:
             return 409, False
         except TransientError:

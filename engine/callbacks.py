@@ -46,7 +46,6 @@ from engine.errors import (
     UnknownWorkflow,
     WaitEnded,
     WorkerLost,
-    WorkflowNotRegistered,
 )
 from engine.limits import check_execution_id
 from engine.log import get_logger
@@ -75,7 +74,7 @@ class Action(StrEnum):
 class CompletionVerdict(StrEnum):
     ACCEPT = "accept"  # the token is the current wait's: write the completion
     KEEP = "keep"  # ... of a BLOCKED execution: commit it, the resume moves it on
-    ENDED = "ended"  # the token names an attempt the execution has left: a repeat or a 409
+    ENDED = "ended"  # the token names an attempt the execution has left: a repeat or a 410
     UNKNOWN = "unknown"  # no such wait was ever issued (or the secret does not match): 404
 
 
@@ -135,6 +134,32 @@ def check_completion(ex: Execution, tok: Token) -> CompletionVerdict:
     if ex.terminal or (tok.step, tok.attempt) < (ex.current_step, ex.attempt):
         return CompletionVerdict.ENDED
     return CompletionVerdict.UNKNOWN
+
+
+def ended_reason(ex: Execution, tok: Token, mine: Attempt | None) -> str:
+    """Pure: what ended the wait ``tok`` is for, as ``ex`` and the record of the token's attempt
+    (``mine``, None when there is none) say: the line a 410 ``wait_ended`` gives its caller."""
+    said = [] if mine is None else [_outcome_line(mine)]
+    if ex.terminal:
+        said.append(f"execution {ex.id!r} is {ex.status.value}")
+    elif ex.current_step == tok.step and ex.attempt > tok.attempt:
+        said.append(f"attempt {ex.attempt} is the current one, with a token of its own")
+    elif ex.current_step != tok.step:
+        said.append(f"execution {ex.id!r} has moved on to step {ex.current_step}")
+    reason = "; ".join(said) or "it was completed, timed out or superseded by a retry"
+    return f"the wait has already ended: {reason}"
+
+
+def _outcome_line(mine: Attempt) -> str:
+    error = mine.error or {}
+    if mine.outcome is AttemptOutcome.COMPLETED:
+        return f"its attempt {mine.attempt} was completed already"
+    if mine.outcome is AttemptOutcome.WORKER_LOST:
+        return f"its attempt {mine.attempt} was lost with the worker that submitted it"
+    what = f"{error.get('type', 'Error')}: {error.get('message', '')}".rstrip(": ")
+    if str(error.get("type", "")).endswith("Timeout"):
+        return f"its attempt {mine.attempt} timed out ({what})"
+    return f"its attempt {mine.attempt} failed ({what})"
 
 
 def heartbeat_refused(ex: Execution, now: float) -> bool:
@@ -219,7 +244,8 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
     """Succeed, fail or heartbeat the wait ``text`` belongs to. Every check runs before any write.
 
     Raises ``MalformedToken``/``InvalidInput`` (400), ``PayloadTooLarge`` (413),
-    ``CallbackNotFound`` (404), ``WaitEnded`` (409: completed otherwise, timed out, superseded),
+    ``CallbackNotFound`` (404: never issued), ``WaitEnded`` (410: completed otherwise, timed out,
+    superseded, or its execution ended; the message says which),
     ``ExecutionBlocked`` (409, retry later: a failure while its definition is not deployed),
     ``WorkflowNotRegistered`` (409: a live token of a workflow this deployment does not register).
     """
@@ -284,10 +310,7 @@ def _spec(parts: Parts, ex: Execution, verdict: CompletionVerdict) -> WorkflowSp
     except UnknownWorkflow:
         if verdict not in (CompletionVerdict.ACCEPT, CompletionVerdict.KEEP):
             raise CallbackNotFound("no wait is waiting for this callback token") from None
-        missing = definitions.registration(parts.registry, ex)
-        raise WorkflowNotRegistered(
-            missing.message if missing else f"workflow {ex.workflow!r} is not registered", workflow=ex.workflow
-        ) from None
+        raise definitions.not_registered(parts.registry, ex) from None
 
 
 def _callback_step(spec: WorkflowSpec, tok: Token) -> tuple[CallbackSpec, WorkflowSpec]:
@@ -354,7 +377,7 @@ def _fail(
     mine = _attempt(record, tok.attempt)
     if mine is None or (mine.detail or {}).get("body") != digest:
         log.info("callback.fail_lost")
-        raise WaitEnded("the wait has already ended (completed, timed out or failed otherwise)")
+        raise WaitEnded(ended_reason(parts.store.get_execution(ex.id) or ex, tok, mine))
     repeat = (mine.detail or {}).get("write") != write_id
     log.info("callback.repeat" if repeat else "callback.failed", error=error_info(failure))
     return Completion(ex.id, tok.step, tok.attempt, Action.FAIL, repeat=repeat)
@@ -383,7 +406,8 @@ def _heartbeat(parts: Parts, ex: Execution, tok: Token, log: Any) -> Completion:
         fresh = parts.store.get_execution(ex.id)
         live = (CompletionVerdict.ACCEPT, CompletionVerdict.KEEP)
         if fresh is None or check_completion(fresh, tok) not in live:
-            raise WaitEnded("the wait ended while the heartbeat was written") from None
+            said = "the wait ended while the heartbeat was written" if fresh is None else ended_reason(fresh, tok, None)
+            raise WaitEnded(said) from None
         return _heartbeat(parts, fresh, tok, log)
     log.info("callback.heartbeat", heartbeat_deadline=pushed.heartbeat_deadline, blocked=blocked)
     return Completion(ex.id, tok.step, tok.attempt, Action.HEARTBEAT, repeat=False, kept=blocked)
@@ -407,7 +431,7 @@ def _while_blocked(
     if verdict is CompletionVerdict.ENDED:
         name = _recorded_name(parts, ex, tok.step)
         if name is None:
-            raise WaitEnded("the wait has already ended (completed, timed out, failed or superseded by a retry)")
+            raise WaitEnded(ended_reason(ex, tok, None))
         return _repeat(parts, ex, name, tok, action, digest, log, None)
     if action is Action.HEARTBEAT:
         return _heartbeat(parts, ex, tok, log)
@@ -488,7 +512,7 @@ def _repeat(
 ) -> Completion:
     """The wait's attempt is decided: the same completion again is a 200 that changes nothing
     (and finishes an advance a crash cut short, when ``spec``, the definition, is deployed);
-    anything else is a 409."""
+    anything else is a 410 saying what ended it."""
     record = parts.store.get_step(ex.id, tok.step, name)
     mine = _attempt(record, tok.attempt)
     detail = (mine.detail or {}) if mine is not None else {}
@@ -497,7 +521,7 @@ def _repeat(
     same = mine is not None and detail.get("body") == digest and action is not Action.HEARTBEAT
     if not same:
         log.info("callback.refused", recorded=None if mine is None else mine.outcome.value)
-        raise WaitEnded("the wait has already ended (completed, timed out, failed or superseded by a retry)")
+        raise WaitEnded(ended_reason(ex, tok, mine))
     assert record is not None
     fresh = parts.store.get_execution(ex.id) or ex
     here = fresh.current_step == tok.step and fresh.attempt == tok.attempt and not fresh.terminal
@@ -509,4 +533,14 @@ def _repeat(
     return Completion(ex.id, tok.step, tok.attempt, action, repeat=True, kept=kept)
 
 
-__all__ = ["Action", "Completion", "CompletionVerdict", "Token", "check_completion", "complete", "issue", "parse"]
+__all__ = [
+    "Action",
+    "Completion",
+    "CompletionVerdict",
+    "Token",
+    "check_completion",
+    "complete",
+    "ended_reason",
+    "issue",
+    "parse",
+]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from engine import transitions as tr
-from engine.errors import ConflictError, UnknownWorkflow
+from engine.errors import ConflictError, UnknownWorkflow, WorkflowNotRegistered
 from engine.messages import MessageKind, StepMessage
 from engine.outbox import execution_log
 from engine.outcome import LinkResult, OutcomeStatus
@@ -71,6 +71,14 @@ def registration(registry: Registry, ex: Execution) -> Missing | None:
         f"(registered: {list(versions)}): deploy that version again, or loom migrate"
     )
     return Missing(Registration.SHAPE_CHANGED, ex.workflow, ex.workflow_version, versions, message)
+
+
+def not_registered(registry: Registry, ex: Execution) -> WorkflowNotRegistered:
+    """The refusal of a request about ``ex`` (a callback, a handle's completion, a signal) while
+    its workflow is not registered here: one message, the fix, for every such request to raise."""
+    missing = registration(registry, ex)
+    message = missing.message if missing is not None else f"workflow {ex.workflow!r} is not registered"
+    return WorkflowNotRegistered(message, workflow=ex.workflow, execution_id=ex.id)
 
 
 def workflow_missing(registry: Registry, ex: Execution) -> bool:

@@ -140,7 +140,10 @@ class CallbackNotFound(ExecutionNotFound):
 
 
 class WaitEnded(ConflictError):
-    """The wait this completion is for has ended: completed otherwise, timed out, or superseded by a retry."""
+    """The wait this completion is for has ended: completed otherwise, timed out, superseded by
+    a retry, or its execution ended. For good, unlike the other conflicts (a retry may win one):
+    the API answers 410 Gone, and the message says what ended it. A token never issued is
+    ``CallbackNotFound`` (404) instead."""
 
     code = "wait_ended"
 

@@ -74,8 +74,9 @@ class HandleVerdict(StrEnum):
 
     ACCEPT = "accept"  # pending and within its deadlines: write it
     REPEAT = "repeat"  # completed by this very completion before: 200, nothing changes
-    ENDED = "ended"  # completed otherwise, timed out, or the execution has ended: 409
-    LATE = "late"  # pending, but a deadline has passed: 409 (the wait records the timeout)
+    ENDED = "ended"  # completed otherwise, timed out, or the execution has ended: 410
+    LATE = "late"  # pending, but a deadline has passed: 410 (the wait records the timeout)
+    UNREGISTERED = "unregistered"  # pending, but its workflow is not registered here: 409, kept by the caller
     UNKNOWN = "unknown"  # no such handle, or the secret does not match: 404
 
 
@@ -128,8 +129,14 @@ def passed(h: Handle, now: float) -> bool:
 
 
 def check_handle_completion(
-    h: Handle | None, token_hash: str, digest: str, action: Action, now: float, *, ended: bool
+    h: Handle | None, token_hash: str, digest: str, action: Action, now: float, *, ended: bool, registered: bool
 ) -> HandleVerdict:
+    """``ended``: the execution is terminal; ``registered``: this deployment has its workflow.
+
+    A live handle of a workflow that is not registered is refused before the handle is written
+    (UNREGISTERED), as a callback's token is: the completion would only be kept, the wait it
+    feeds is that code's, and a 409 that wrote nothing leaves the caller one thing to do (send
+    the same completion again once the workflow is registered: it is then ACCEPT)."""
     if h is None or not hmac.compare_digest(h.token_hash, token_hash):
         return HandleVerdict.UNKNOWN
     if not h.pending:
@@ -137,7 +144,25 @@ def check_handle_completion(
         return HandleVerdict.REPEAT if same else HandleVerdict.ENDED
     if ended:
         return HandleVerdict.ENDED
-    return HandleVerdict.LATE if passed(h, now) else HandleVerdict.ACCEPT
+    if passed(h, now):
+        return HandleVerdict.LATE
+    return HandleVerdict.ACCEPT if registered else HandleVerdict.UNREGISTERED
+
+
+def ended_reason(ex: Execution, h: Handle) -> str:
+    """Pure: what ended the handle ``h`` a completion came for (a 410 ``wait_ended``'s message)."""
+    error = h.error or {}
+    if h.status is HandleStatus.SUCCEEDED:
+        said = f"callback {h.name!r} was completed already"
+    elif h.status is HandleStatus.FAILED:
+        said = f"callback {h.name!r} failed already ({error.get('type', 'Error')}: {error.get('message', '')})"
+    elif h.status is HandleStatus.TIMED_OUT:
+        said = f"callback {h.name!r} timed out ({error.get('message', '')})"
+    else:
+        said = f"callback {h.name!r} was still pending"
+    if ex.terminal:
+        said += f"; execution {ex.id!r} is {ex.status.value}"
+    return f"the callback has already ended: {said}"
 
 
 def decide_wait(handles: list[Handle | None], now: float) -> WaitDecision:
@@ -320,7 +345,9 @@ def wake(parts: Parts, execution_id: str, step: int | None = None) -> bool:
 
 def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Completion:
     """Succeed, fail or heartbeat the handle ``text`` is the token of. Every check runs before
-    any write. Raises what ``callbacks.complete`` raises, for the same reasons."""
+    any write. Raises what ``callbacks.complete`` raises, for the same reasons: 404 a handle
+    never issued, 410 ``WaitEnded`` one that has ended (the message says how), 409
+    ``WorkflowNotRegistered`` a live one whose workflow is not registered (nothing written)."""
     tok = parse(text)
     check_body(action, body)
     ex = parts.store.get_execution(tok.execution_id)
@@ -328,9 +355,11 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
         raise CallbackNotFound("no wait is waiting for this callback token")
     digest = body_hash(action, body)
     log = get_logger(execution_id=ex.id, step=tok.step).bind(token_hash=tok.hash[:12], action=action.value)
+    registered = not definitions.workflow_missing(parts.registry, ex)
     for _ in range(SETTLE_ROUNDS):
         h = parts.store.get_handle(ex.id, tok.step)
-        verdict = check_handle_completion(h, tok.hash, digest, action, parts.clock.now(), ended=ex.terminal)
+        now = parts.clock.now()
+        verdict = check_handle_completion(h, tok.hash, digest, action, now, ended=ex.terminal, registered=registered)
         if verdict is HandleVerdict.UNKNOWN:
             raise CallbackNotFound("no wait is waiting for this callback token")
         assert h is not None
@@ -340,10 +369,13 @@ def complete(parts: Parts, text: str, action: Action, body: Any = None) -> Compl
             return _answer(parts, ex, h, action, repeat=True)
         if verdict is HandleVerdict.ENDED:
             log.info("callback.refused", recorded=h.status.value)
-            raise WaitEnded("the callback has already ended (completed, failed, timed out, or its execution ended)")
+            raise WaitEnded(ended_reason(ex, h))
         if verdict is HandleVerdict.LATE:
             log.info("callback.late")
-            raise WaitEnded("the callback has timed out: the completion came after its deadline")
+            raise WaitEnded(f"the callback has timed out: callback {h.name!r}'s completion came after its deadline")
+        if verdict is HandleVerdict.UNREGISTERED:
+            log.info("callback.refused_not_registered", workflow=ex.workflow)
+            raise definitions.not_registered(parts.registry, ex)
         new = _completed(parts, ex, h, action, body, digest)
         if new is h:
             return Completion(ex.id, tok.step, 1, action, repeat=True)  # a heartbeat with none configured
@@ -378,4 +410,15 @@ def _answer(parts: Parts, ex: Execution, h: Handle, action: Action, *, repeat: b
     return Completion(ex.id, h.step, 1, action, repeat=repeat, kept=kept)
 
 
-__all__ = ["HandleVerdict", "WaitVerdict", "begin", "complete", "create", "decide_wait", "settle", "wake"]
+__all__ = [
+    "HandleVerdict",
+    "WaitVerdict",
+    "begin",
+    "check_handle_completion",
+    "complete",
+    "create",
+    "decide_wait",
+    "ended_reason",
+    "settle",
+    "wake",
+]

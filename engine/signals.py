@@ -13,7 +13,8 @@ signal's payload and key (the commit point: one wait, one signal), then mark tha
 ``consumed_by = "i:a"`` (1 write), then advance. A rolled-forward commit consumes the
 signal its record names before advancing, so a later wait of the same name never sees it.
 An extra signal stays kept for the next wait of its name; a signal to a terminal
-execution is refused (409) and nothing is written.
+execution is refused (409) and nothing is written, and so is one to an execution whose
+workflow this deployment does not register (409 ``workflow_not_registered``: ``check_send``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from engine import attempts, definitions
@@ -33,6 +35,29 @@ from engine.parking import commit_result, committed, finish_committed, park
 from engine.parts import Parts
 from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, Wait, WaitKind, canonical_json
 from engine.workflow import NAME_RE, SignalSpec, WorkflowSpec
+
+
+class SendVerdict(StrEnum):
+    """What a signal sent to an execution, as read, means before anything is written."""
+
+    KEEP = "keep"  # write it; delivered at once if its wait is there, else kept for it
+    TERMINAL = "terminal"  # 409 ``already_terminal``: no wait will ever take it
+    NOT_REGISTERED = "not_registered"  # 409 ``workflow_not_registered``: refused, to be sent again
+
+
+def check_send(ex: Execution, *, registered: bool) -> SendVerdict:
+    """Pure: whether a signal to ``ex`` is kept; ``registered``: this deployment has its workflow.
+
+    A signal to an execution whose workflow is not registered is refused before it is written,
+    as a callback's token is, though keeping it would be safe for the execution (the resume
+    delivers kept signals, ``deliver_kept``). The reason is the caller: a signal has no
+    idempotency key, each send is a new signal, so a 409 must mean nothing was written (a
+    caller that sends again on a 409 would otherwise feed two waits), and a 200 would hide
+    that nothing can take it until the workflow is registered again. Refused, it is not lost:
+    the caller holds it, and the same send succeeds once the workflow is back."""
+    if ex.terminal:
+        return SendVerdict.TERMINAL
+    return SendVerdict.KEEP if registered else SendVerdict.NOT_REGISTERED
 
 
 @dataclass(frozen=True)
@@ -65,7 +90,9 @@ def send(parts: Parts, execution_id: str, name: str, payload: Any) -> Sent:
     """Keep a signal and deliver it if its wait is there. Every check runs before the write.
 
     Raises ``InvalidInput`` (400), ``PayloadTooLarge`` (413), ``ExecutionNotFound`` (404),
-    ``AlreadyTerminal`` (409: a terminal execution refuses signals).
+    ``AlreadyTerminal`` (409: a terminal execution refuses signals), ``WorkflowNotRegistered``
+    (409: its workflow is not registered here; the message says how to register it). Bad
+    input is told first: it would be refused as well once the workflow is back.
     """
     check_execution_id(execution_id)
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -78,11 +105,15 @@ def send(parts: Parts, execution_id: str, name: str, payload: Any) -> Sent:
     ex = parts.store.get_execution(execution_id)
     if ex is None:
         raise ExecutionNotFound(f"no execution {execution_id!r}", execution_id=execution_id)
-    if ex.terminal:
+    verdict = check_send(ex, registered=not definitions.workflow_missing(parts.registry, ex))
+    if verdict is SendVerdict.TERMINAL:
         raise AlreadyTerminal(f"execution {execution_id!r} is already {ex.status.value}", status=ex.status.value)
     # It must fit its own item and, once consumed, the execution's context.
     check_item(meta_item_size(canonical_json(ex.input), canonical_json({**ex.context, **payload})), "the payload")
     check_item(len(payload_json.encode()) + 400, "the payload")
+    if verdict is SendVerdict.NOT_REGISTERED:
+        execution_log(ex).info("signal.refused_not_registered", signal=name)
+        raise definitions.not_registered(parts.registry, ex)
     now = parts.clock.now()
     signal = Signal(execution_id, name, signal_key(now), payload, now)
     parts.store.put_signal(signal)
@@ -98,7 +129,7 @@ def _deliver_if_waiting(parts: Parts, execution_id: str, name: str) -> bool:
     if ex.wait.name != name or ex.status is not Status.WAITING:
         return False
     if definitions.workflow_missing(parts.registry, ex):
-        definitions.block(parts, ex, definitions.WORKFLOW_NOT_REGISTERED)  # kept as for a changed one
+        definitions.block(parts, ex, definitions.WORKFLOW_NOT_REGISTERED)  # deliver_kept's guard: send refuses it first
         return False
     spec = definitions.spec_for(parts, ex)
     if spec is None:

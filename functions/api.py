@@ -3,7 +3,8 @@
 | method and path                      | answers                                        |
 |--------------------------------------|------------------------------------------------|
 | POST /executions                     | 201 started, 200 same id and input, 409 other input |
-| GET  /executions?status&workflow&limit&cursor | 200 newest first, ``next_cursor``    |
+| GET  /executions?status&workflow&limit&cursor | 200 newest first, ``next_cursor``; each |
+|                                      | row's ``unregistered`` as its page's (below)   |
 | GET  /executions/{id}                | 200, 404                                       |
 | GET  /executions/{id}/history        | 200, 404                                       |
 | GET  /executions/{id}/history?step=N&items_from=K&items_limit=L | 200: one page of fan-out |
@@ -55,13 +56,17 @@ Reading aids (engine/progress.py; the CLI's history and the console draw from th
 |                          |                      | registered_versions, message}`` while this deployment |
 |                          |                      | lacks its definition (code ``workflow_not_registered``|
 |                          |                      | or ``definition_changed``; engine/definitions.py);    |
-|                          |                      | its live callback token is then 409                   |
-|                          |                      | ``workflow_not_registered``, nothing written          |
+|                          |                      | its live callback token, handle token and a signal    |
+|                          |                      | are then 409 ``workflow_not_registered`` with this    |
+|                          |                      | message, nothing written                              |
+| GET /executions rows     | ``unregistered``     | the same, so a list marks those executions            |
 | both                     | ``read_at``          | the control plane's clock when it answered (+ epoch)  |
 
 Errors are ``{"error": {"code", "message"}}``: 400 bad JSON, unknown workflow, bad id or
-parameter; 413 payload over an AWS limit; 404 unknown path or execution; 405 wrong
-method; 409 conflicts; 503 when AWS throttles or fails. Every check runs before any write.
+parameter; 413 payload over an AWS limit; 404 unknown path, execution or callback token; 405
+wrong method; 409 conflicts with the execution's state (the code says which); 410
+``wait_ended``, a callback token whose wait has ended for good (the message says how); 503
+when AWS throttles or fails. Every check runs before any write.
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ from engine.errors import (
     ResourceMissing,
     TransientError,
     UnknownWorkflow,
+    WaitEnded,
 )
 from engine.join import MAX_ITEMS
 from engine.log import get_logger
@@ -241,7 +247,9 @@ def list_executions(request: Request) -> dict[str, Any]:
         limit=_int_param(request, "limit", 50, 1, 1000),
         cursor=request.query.get("cursor") or None,
     )
-    return response(200, {"executions": [views.execution_summary(ex) for ex in page.items], "next_cursor": page.cursor})
+    registry = wiring.engine().registry
+    rows = [views.execution_summary(ex, definitions.registration(registry, ex)) for ex in page.items]
+    return response(200, {"executions": rows, "next_cursor": page.cursor})
 
 
 def cancel(request: Request) -> dict[str, Any]:
@@ -336,11 +344,12 @@ ROUTER.add("GET", "/dlq", dlq_list)
 ROUTER.add("POST", "/dlq/redrive", dlq_redrive)
 waits_api.register(ROUTER)  # callbacks and signals (functions/waits_api.py)
 
-# Most specific first: PayloadTooLarge is an InvalidInput, NotFailed a ConflictError.
+# Most specific first: PayloadTooLarge is an InvalidInput, NotFailed and WaitEnded ConflictErrors.
 ERROR_STATUS: tuple[tuple[type[LoomError], int], ...] = (
     (PayloadTooLarge, 413),
     (InvalidInput, 400),
     (ExecutionNotFound, 404),
+    (WaitEnded, 410),  # a ConflictError, but for good: no retry of this token can win
     (ConflictError, 409),
     (DefinitionChanged, 409),  # the execution is BLOCKED: try again once it resumes
     (TransientError, 503),

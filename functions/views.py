@@ -32,7 +32,9 @@ def _times(**stamps: float | None) -> dict[str, Any]:
     return out
 
 
-def execution_summary(ex: Execution) -> dict[str, Any]:
+def execution_summary(ex: Execution, missing: Missing | None = None) -> dict[str, Any]:
+    """A list's row of ``ex``. Its ``unregistered`` is the one its page has (null, or why this
+    deployment cannot run it), so a list marks those executions as their pages do."""
     return {
         "id": ex.id,
         "workflow": ex.workflow,
@@ -51,18 +53,18 @@ def execution_summary(ex: Execution) -> dict[str, Any]:
             updated_at=ex.updated_at,
             expires_at=ex.expires_at,  # when retention ends and it is gone (engine/retention.py)
         ),
+        "unregistered": unregistered(ex, missing),
     }
 
 
 def execution(ex: Execution, step_names: list[str] | None = None, missing: Missing | None = None) -> dict[str, Any]:
-    out = execution_summary(ex)
+    out = execution_summary(ex, missing)
     if step_names is not None:
         out["current_step_name"] = step_names[ex.current_step] if ex.current_step < len(step_names) else None
     out["input"] = ex.input
     out["output"] = ex.context
     out["wait"] = wait(ex)
     out["parent"] = ex.parent
-    out["unregistered"] = unregistered(ex, missing)
     return out
 
 

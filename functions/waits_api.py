@@ -2,17 +2,20 @@
 
 | method and path                         | answers                                              |
 |-----------------------------------------|------------------------------------------------------|
-| POST /callbacks/{token}/succeed         | 200 (a repeat of the same body too), 202 kept, 400, 404, 409, 413 |
-| POST /callbacks/{token}/fail            | 200, 400, 404, 409 (``execution_blocked``: Retry-After) |
-| POST /callbacks/{token}/heartbeat       | 200, 202 kept, 400, 404, 409                          |
+| POST /callbacks/{token}/succeed         | 200 (a repeat of the same body too), 202 kept, 400, 404, 409, 410, 413 |
+| POST /callbacks/{token}/fail            | 200, 400, 404, 409 (``execution_blocked``: Retry-After), 410 |
+| POST /callbacks/{token}/heartbeat       | 200, 202 kept, 400, 404, 409, 410                     |
 | POST /executions/{id}/signals/{name}    | 200 kept (``delivered``: a wait took it), 400, 404, 409, 413 |
 
-400 a malformed token or body; 404 a token no wait was issued (or a wrong secret); 409 the
-wait already ended (completed with another body, timed out, failed, superseded by a retry)
-or the execution is terminal, or (``execution_blocked``, with ``Retry-After``) a failure for an
-execution that is BLOCKED (DESIGN.md, "BLOCKED"); 202 ``kept``: the execution is BLOCKED, the
-completion is committed and applies when it resumes; 413 a result or payload over the item limit. Every check
-runs before any write, so a rejected request writes nothing. A token never reaches the
+400 a malformed token or body; 404 a token no wait was issued (or a wrong secret); 410
+``wait_ended`` the wait has ended for good (completed with another body, timed out, failed,
+superseded by a retry, or its execution ended: the message says which); 409 a signal to a
+terminal execution (``already_terminal``), a token or a signal for an execution whose workflow
+is not registered here (``workflow_not_registered``, with the fix: send it again once it is),
+or (``execution_blocked``, with ``Retry-After``) a failure for an execution that is BLOCKED
+(DESIGN.md, "BLOCKED"); 202 ``kept``: the execution is BLOCKED, the completion is committed
+and applies when it resumes; 413 a result or payload over the item limit. Every check runs
+before any write, so a rejected request writes nothing. A token never reaches the
 logs: ``redact_path`` keeps only its hash's first 12 characters.
 """
 

@@ -220,7 +220,7 @@ class Demo:
         """Play the payment provider: read the token from its inbox, then POST the callback."""
         inbox = DynamoLedger(stack.client("dynamodb"), stack.refs["Table"]).effects(ex["id"])
         # The request of the attempt the execution waits on: under load a submit whose lease
-        # lapsed is retried with a new token, and the older request's token answers 409.
+        # lapsed is retried with a new token, and the older request's token answers 410 wait_ended.
         request = inbox.get(f"{ex['id']}:{ex.get('current_step')}.{ex.get('attempt')}") or {}
         token = request.get("callback_token")
         if request.get("kind") != "payment_request" or not token:
@@ -228,10 +228,10 @@ class Demo:
         try:
             answer = ok(stack.api, "POST", f"/callbacks/{token}/succeed", {"result": {"paid": request["amount"]}})
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.status != 410:
                 raise
             self.say(
-                f"{workflow:<18} the provider's token was for an attempt that has ended (409): it waits for the next"
+                f"{workflow:<18} the provider's token was for an attempt that has ended (410): it waits for the next"
             )
             return False
         self.say(

@@ -226,22 +226,30 @@ def history(client: ControlPlane, args: argparse.Namespace) -> int:
     return 0
 
 
+LIST_COLUMNS = [
+    ("id", "id"),
+    ("workflow", "workflow"),
+    ("status", "status"),
+    ("current_step", "step"),
+    ("created_at", "created"),
+    ("updated_at", "updated"),
+]
+
+
 def list_(client: ControlPlane, args: argparse.Namespace) -> int:
     body = client.list(status=args.status, workflow=args.workflow, limit=args.limit, cursor=args.cursor)
     if args.json:
         output.as_json(body)
         return 0
-    output.table(
-        body.get("executions", []),
-        [
-            ("id", "id"),
-            ("workflow", "workflow"),
-            ("status", "status"),
-            ("current_step", "step"),
-            ("created_at", "created"),
-            ("updated_at", "updated"),
-        ],
-    )
+    rows = body.get("executions", [])
+    missing = [r["unregistered"] for r in rows if r.get("unregistered")]  # an older control plane has none
+    if not missing:
+        output.table(rows, LIST_COLUMNS)
+    else:  # which rows this stack cannot run, then each fix once (their pages say the same)
+        marked = [{**r, "not_registered": (r.get("unregistered") or {}).get("code")} for r in rows]
+        output.table(marked, [*LIST_COLUMNS, ("not_registered", "not registered")])
+        for message in dict.fromkeys(m["message"] for m in missing):
+            print(f"\nnot registered: {message}")
     if body.get("next_cursor"):
         print(f"\nmore: loom list --cursor {body['next_cursor']}")
     return 0

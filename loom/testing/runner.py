@@ -218,7 +218,7 @@ class WorkflowTest:
 
     # the outside world (waits)
     def complete_callback(self, token: str, result: dict[str, Any] | None = None) -> Completion:
-        """What ``POST /callbacks/{token}/succeed`` does; ``WaitEnded`` (409) if the wait has ended."""
+        """What ``POST /callbacks/{token}/succeed`` does; ``WaitEnded`` (410) if the wait has ended."""
         return self.engine.complete_callback(token, "succeed", {"result": result})
 
     def fail_callback(self, token: str, error_type: str = "Rejected", message: str = "") -> Completion:

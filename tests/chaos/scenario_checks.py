@@ -128,7 +128,7 @@ def _throttling(r: Result) -> None:
 def _callback_race(r: Result) -> None:
     assert len(r.evidence["winners"]) == 3 and "none" not in r.evidence["winners"].values()
     race = r.evidence["timeout_race"]
-    assert (race["api"], race["history"]) in ((200, "completed"), (409, "failed"))
+    assert (race["api"], race["history"]) in ((200, "completed"), (410, "failed"))
 
 
 def _signal_race(r: Result) -> None:

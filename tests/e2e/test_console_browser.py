@@ -744,6 +744,7 @@ def _unregistered_answers(state: dict[str, Any]) -> dict[str, Any]:
     ex |= {"created_at_epoch": T0, "updated_at_epoch": T0, "input": {}, "output": {}, "state": waiting}
     history = {"id": UNREGISTERED_ID, "state": waiting, "steps": [], "pending": [], "events": []}
     return {
+        "/executions": {"executions": [{**ex, "unregistered": missing}], "next_cursor": None},
         f"/executions/{UNREGISTERED_ID}": {**ex, "unregistered": missing, "children": []},
         f"/executions/{UNREGISTERED_ID}/history": {**history, "unregistered": missing},
     }
@@ -853,6 +854,14 @@ def test_an_execution_whose_workflow_is_not_registered_says_so_on_its_page(brows
     summary = text(browser, "summary")
     assert "Not registered" in summary and NOT_REGISTERED in summary
     shot(browser, "execution-not-registered")
+
+
+def test_the_list_marks_an_execution_whose_workflow_is_not_registered(browser: Any, contract_console: Any) -> None:
+    browser.get(contract_console.url)
+    mark = f"tr[data-id='{UNREGISTERED_ID}'] [data-unregistered]"
+    found = wait_until(browser, "the row's mark", lambda d: d.find_elements("css selector", mark))
+    assert found[0].get_attribute("data-unregistered") == "workflow_not_registered"
+    assert found[0].text == "not registered" and found[0].get_attribute("title") == NOT_REGISTERED
 
 
 def test_a_map_of_200_items_shows_its_progress_before_its_rows(browser: Any, contract_console: Any) -> None:

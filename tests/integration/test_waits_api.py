@@ -1,6 +1,6 @@
 """The waits' control-plane routes and CLI commands, through functions.api.handler on moto.
 
-Exact status codes (200/400/404/409/413), nothing written for a rejected request, and a
+Exact status codes (200/400/404/409/410/413), nothing written for a rejected request, and a
 callback token that never reaches the logs."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def error(answer: tuple[int, Any]) -> tuple[int, str]:
     return status, body["error"]["code"]
 
 
-def test_succeed_200_then_repeat_200_then_other_body_409(fn: Functions) -> None:
+def test_succeed_200_then_repeat_200_then_other_body_410(fn: Functions) -> None:
     token = waiting_payment(fn)
     status, body = fn.api("POST", f"/callbacks/{token}/succeed", {"result": {"paid": 5}})
     assert (status, body["repeat"], body["execution_id"], body["step"]) == (200, False, "pay-1", 1)
@@ -60,16 +60,49 @@ def test_succeed_200_then_repeat_200_then_other_body_409(fn: Functions) -> None:
     status, body = fn.api("POST", f"/callbacks/{token}/succeed", {"result": {"paid": 5}})
     assert (status, body["repeat"]) == (200, True)
     assert snapshot(fn) == before  # a repeat changes nothing
-    assert error(fn.api("POST", f"/callbacks/{token}/succeed", {"result": {"paid": 6}})) == (409, "wait_ended")
+    assert error(fn.api("POST", f"/callbacks/{token}/succeed", {"result": {"paid": 6}})) == (410, "wait_ended")
     assert error(fn.api("POST", f"/callbacks/{token}/fail", {"error": {"type": "X", "message": ""}})) == (
-        409,
+        410,
         "wait_ended",
     )
-    assert error(fn.api("POST", f"/callbacks/{token}/heartbeat")) == (409, "wait_ended")
+    assert error(fn.api("POST", f"/callbacks/{token}/heartbeat")) == (410, "wait_ended")
     assert snapshot(fn) == before
     fn.drain()
     status, body = fn.api("GET", "/executions/pay-1")
     assert body["current_step"] == 2 and body["output"]["paid"] == 5
+
+
+def test_a_token_whose_wait_ended_is_410_saying_what_ended_it_and_one_never_issued_404(fn: Functions) -> None:
+    """Gone (410 ``wait_ended``: no retry of it can win) is told from never issued (404): the
+    message names what ended the wait; nothing is written either way."""
+    token = waiting_payment(fn, "gone-1")
+    assert fn.api("POST", "/executions/gone-1/cancel")[0] == 200
+    before = snapshot(fn)
+    for action, body in (("succeed", {"result": {}}), ("fail", {"error": {"type": "X"}}), ("heartbeat", None)):
+        status, answer = fn.api("POST", f"/callbacks/{token}/{action}", body)
+        assert (status, answer["error"]["code"]) == (410, "wait_ended"), (action, answer)
+        assert answer["error"]["message"] == "the wait has already ended: execution 'gone-1' is CANCELLED"
+    never = token.replace(".gone-1.", ".gone-0.")  # an execution that never was
+    assert error(fn.api("POST", f"/callbacks/{never}/succeed", {"result": {}})) == (404, "callback_not_found")
+    assert snapshot(fn) == before
+
+    token = waiting_payment(fn, "gone-2")
+    fn.api("POST", f"/callbacks/{token}/fail", {"error": {"type": "Declined", "message": "card"}})
+    status, answer = fn.api("POST", f"/callbacks/{token}/succeed", {"result": {"paid": 5}})
+    assert (status, answer["error"]["code"]) == (410, "wait_ended")
+    assert answer["error"]["message"] == (
+        "the wait has already ended: its attempt 1 failed (CallbackFailed: Declined: card); "
+        "attempt 2 is the current one, with a token of its own"
+    )
+
+    fn.api("POST", "/executions", {"workflow": "order_sign_off", "input": {}, "execution_id": "gone-3"})
+    fn.drain()
+    ledger = DynamoLedger(fn.refs["dynamodb"], fn.refs["Table"])
+    handle = next(str(e["callback_token"]) for e in ledger.effects("gone-3").values() if e.get("to") == "finance")
+    assert fn.api("POST", "/executions/gone-3/cancel")[0] == 200
+    status, answer = fn.api("POST", f"/callbacks/{handle}/succeed", {"result": {"approved": True}})
+    assert (status, answer["error"]["code"]) == (410, "wait_ended")
+    assert answer["error"]["message"].endswith("callback 'finance' was still pending; execution 'gone-3' is CANCELLED")
 
 
 def test_rejected_callback_requests_write_nothing(fn: Functions) -> None:
@@ -206,7 +239,8 @@ def test_cli_callback_and_signal(stack: dict[str, Any], capsys: pytest.CaptureFi
     code, out, _ = loom(capsys, "callback", "succeed", token, "--result", '{"paid": 3}')
     assert code == 0 and "repeat: nothing changed" in out
     code, out, err = loom(capsys, "callback", "fail", token, "--type", "Declined")
-    assert code == 1 and "wait_ended" in err and "409" in err and token not in err
+    assert code == 1 and "wait_ended" in err and "HTTP 410" in err and token not in err
+    assert "its attempt 1 was completed already" in err, "the CLI says what ended the wait"
     code, _, err = loom(capsys, "callback", "succeed", "junk")
     assert code == 1 and "malformed_token" in err and "400" in err
 
@@ -225,7 +259,7 @@ def test_two_callback_handles_through_the_api_in_either_order(
     fn: Functions, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``order_sign_off``: two handles pending at once, completed by POST /callbacks/{token}/...;
-    a repeat is 200, another body 409, a forged secret 404, and no token reaches the logs."""
+    a repeat is 200, another body 410, a forged secret 404, and no token reaches the logs."""
     status, _ = fn.api("POST", "/executions", {"workflow": "order_sign_off", "input": {}, "execution_id": "so-1"})
     assert status == 201
     fn.drain()
@@ -242,7 +276,7 @@ def test_two_callback_handles_through_the_api_in_either_order(
     assert (status, body["repeat"], body["step"]) == (200, False, 2)
     assert fn.api("POST", f"/callbacks/{tokens['warehouse']}/succeed", {"result": {"dock": "D1"}})[1]["repeat"]
     assert error(fn.api("POST", f"/callbacks/{tokens['warehouse']}/succeed", {"result": {"dock": "D2"}})) == (
-        409,
+        410,
         "wait_ended",
     )
     forged = tokens["finance"].rsplit(".", 1)[0] + ".A" + "x" * 23

@@ -1,7 +1,7 @@
 """The demo plays the payment provider: it answers the token of the attempt the execution waits
-on, and a 409 (that attempt ended, e.g. its submit was retried under load) is not an error: the
+on, and a 410 (that attempt ended, e.g. its submit was retried under load) is not an error: the
 next poll answers the new attempt's token. A default-tier run at load 8 once failed on exactly
-that 409."""
+that 410."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def posted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def fake_ok(api: Any, method: str, path: str, body: Any = None) -> Any:
         calls.append(path)
         if "old-token" in path:
-            raise ApiError(409, {"error": {"code": "wait_ended"}})
+            raise ApiError(410, {"error": {"code": "wait_ended"}})
         return {"step": 1, "attempt": 2}
 
     monkeypatch.setattr(demo_module, "DynamoLedger", FakeLedger)
@@ -64,10 +64,10 @@ def test_the_token_of_the_attempt_waited_on_is_answered(posted: list[str]) -> No
     assert "-> 200" in text and "new-token" not in text
 
 
-def test_a_409_for_an_ended_attempt_is_retried_not_raised(posted: list[str]) -> None:
+def test_a_410_for_an_ended_attempt_is_retried_not_raised(posted: list[str]) -> None:
     done, text = _answer(1)
     assert not done and posted == ["/callbacks/old-token/succeed"]
-    assert "has ended (409)" in text and "old-token" not in text
+    assert "has ended (410)" in text and "old-token" not in text
 
 
 def test_no_request_for_the_attempt_yet_means_ask_again(posted: list[str]) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 import workflows  # noqa: F401  (registers the examples)
 from engine.callbacks import Action
 from engine.errors import WaitEnded, WorkflowDefinitionError
-from engine.handles import HandleVerdict, WaitVerdict, check_handle_completion, decide_wait, timed_out
-from engine.state import Handle, HandleStatus
+from engine.handles import HandleVerdict, WaitVerdict, check_handle_completion, decide_wait, ended_reason, timed_out
+from engine.state import Execution, Handle, HandleStatus, Status
 from engine.workflow import Registry, StepContext, build_spec, create_callback, step, wait_for_callbacks
 from loom.testing import WorkflowTest
 from workflows.ledger import MemoryLedger
@@ -118,15 +119,61 @@ def _handle(**kw: Any) -> Handle:
 def test_completion_verdicts() -> None:
     h = _handle(deadline=100.0)
     ok = h.token_hash
-    assert check_handle_completion(None, ok, "d", Action.SUCCEED, 1, ended=False) is HandleVerdict.UNKNOWN
-    assert check_handle_completion(h, "0" * 64, "d", Action.SUCCEED, 1, ended=False) is HandleVerdict.UNKNOWN
-    assert check_handle_completion(h, ok, "d", Action.SUCCEED, 1, ended=False) is HandleVerdict.ACCEPT
-    assert check_handle_completion(h, ok, "d", Action.SUCCEED, 100, ended=False) is HandleVerdict.LATE
-    assert check_handle_completion(h, ok, "d", Action.SUCCEED, 1, ended=True) is HandleVerdict.ENDED
+
+    def verdict(
+        handle: Handle | None, token: str, digest: str, action: Action, now: float, **kw: bool
+    ) -> HandleVerdict:
+        return check_handle_completion(handle, token, digest, action, now, **{"ended": False, "registered": True, **kw})
+
+    assert verdict(None, ok, "d", Action.SUCCEED, 1) is HandleVerdict.UNKNOWN
+    assert verdict(h, "0" * 64, "d", Action.SUCCEED, 1) is HandleVerdict.UNKNOWN
+    assert verdict(h, ok, "d", Action.SUCCEED, 1) is HandleVerdict.ACCEPT
+    assert verdict(h, ok, "d", Action.SUCCEED, 100) is HandleVerdict.LATE
+    assert verdict(h, ok, "d", Action.SUCCEED, 1, ended=True) is HandleVerdict.ENDED
     done = _handle(status=HandleStatus.SUCCEEDED, body="d")
-    assert check_handle_completion(done, ok, "d", Action.SUCCEED, 1, ended=True) is HandleVerdict.REPEAT
-    assert check_handle_completion(done, ok, "e", Action.SUCCEED, 1, ended=False) is HandleVerdict.ENDED
-    assert check_handle_completion(done, ok, "d", Action.HEARTBEAT, 1, ended=False) is HandleVerdict.ENDED
+    assert verdict(done, ok, "d", Action.SUCCEED, 1, ended=True) is HandleVerdict.REPEAT
+    assert verdict(done, ok, "e", Action.SUCCEED, 1) is HandleVerdict.ENDED
+    assert verdict(done, ok, "d", Action.HEARTBEAT, 1) is HandleVerdict.ENDED
+
+
+def test_a_live_handle_of_a_workflow_not_registered_is_refused_and_only_a_live_one() -> None:
+    """UNREGISTERED only for a handle a completion could still move: a forged secret still
+    learns nothing (UNKNOWN), a repeat stays a repeat, an ended or late one is ENDED/LATE."""
+    h = _handle(deadline=100.0)
+    ok = h.token_hash
+    done = _handle(status=HandleStatus.SUCCEEDED, body="d")
+    for action in Action:
+        assert (
+            check_handle_completion(h, ok, "d", action, 1, ended=False, registered=False) is HandleVerdict.UNREGISTERED
+        )
+    gone = {"ended": False, "registered": False}
+    assert check_handle_completion(h, "0" * 64, "d", Action.SUCCEED, 1, **gone) is HandleVerdict.UNKNOWN
+    assert check_handle_completion(done, ok, "d", Action.SUCCEED, 1, **gone) is HandleVerdict.REPEAT
+    assert check_handle_completion(done, ok, "e", Action.SUCCEED, 1, **gone) is HandleVerdict.ENDED
+    assert check_handle_completion(h, ok, "d", Action.SUCCEED, 100, **gone) is HandleVerdict.LATE
+    assert check_handle_completion(h, ok, "d", Action.SUCCEED, 1, ended=True, registered=False) is HandleVerdict.ENDED
+
+
+def test_an_ended_handle_says_what_ended_it() -> None:
+    ex = Execution(
+        id="e",
+        workflow="w",
+        status=Status.WAITING,
+        current_step=2,
+        version=3,
+        input={},
+        context={},
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    done = _handle(status=HandleStatus.SUCCEEDED, body="d")
+    assert ended_reason(ex, done) == "the callback has already ended: callback 'a' was completed already"
+    failed = _handle(status=HandleStatus.FAILED, error={"type": "Declined", "message": "card"})
+    assert "callback 'a' failed already (Declined: card)" in ended_reason(ex, failed)
+    late = _handle(status=HandleStatus.TIMED_OUT, error={"type": "CallbackTimeout", "message": "not in time"})
+    assert "callback 'a' timed out (not in time)" in ended_reason(ex, late)
+    cancelled = replace(ex, status=Status.CANCELLED)
+    assert ended_reason(cancelled, _handle()).endswith("callback 'a' was still pending; execution 'e' is CANCELLED")
 
 
 def test_wait_decisions() -> None:

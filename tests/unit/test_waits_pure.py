@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from chaos.invariants import check_waits
-from engine.callbacks import CompletionVerdict, Token, check_completion, issue, parse
+from engine.callbacks import CompletionVerdict, Token, check_completion, ended_reason, issue, parse
 from engine.errors import MalformedToken, WorkflowDefinitionError
+from engine.signals import SendVerdict, check_send
 from engine.state import Attempt, AttemptOutcome, Execution, Signal, Status, StepRecord, StepStatus, Wait, WaitKind
 from engine.workflow import NOT_YET, wait_for_callback, wait_for_signal, wait_until
 
@@ -47,6 +48,38 @@ def test_the_completion_verdict() -> None:
     assert check_completion(execution(wait=None, status=Status.RUNNING, attempt=2), tok) is CompletionVerdict.UNKNOWN
     future = Token("e", 4, 1, tok.secret)
     assert check_completion(execution(wait=wait), future) is CompletionVerdict.UNKNOWN
+
+
+def test_an_ended_wait_says_what_ended_it() -> None:
+    """The line a 410 ``wait_ended`` carries: the token's attempt as recorded, then where the
+    execution is (ended, retrying with a new token, or further on)."""
+    tok = parse(issue("e", 1, 2)[0])
+    done = Attempt(2, 0.0, 1.0, AttemptOutcome.COMPLETED)
+    failed = Attempt(2, 0.0, 1.0, AttemptOutcome.FAILED, error={"type": "Declined", "message": "card"})
+    late = Attempt(2, 0.0, 1.0, AttemptOutcome.FAILED, error={"type": "CallbackTimeout", "message": "too late"})
+    cancelled = execution(status=Status.CANCELLED)
+    assert ended_reason(cancelled, tok, None) == "the wait has already ended: execution 'e' is CANCELLED"
+    assert ended_reason(execution(current_step=2, attempt=1), tok, done) == (
+        "the wait has already ended: its attempt 2 was completed already; execution 'e' has moved on to step 2"
+    )
+    assert ended_reason(execution(attempt=3), tok, failed).endswith(
+        "its attempt 2 failed (Declined: card); attempt 3 is the current one, with a token of its own"
+    )
+    assert "its attempt 2 timed out (CallbackTimeout: too late)" in ended_reason(execution(attempt=3), tok, late)
+    lost = Attempt(2, 0.0, 1.0, AttemptOutcome.WORKER_LOST)
+    assert "lost with the worker" in ended_reason(execution(status=Status.FAILED), tok, lost)
+    assert ended_reason(execution(), tok, None).endswith("completed, timed out or superseded by a retry")
+
+
+def test_a_signal_is_kept_unless_its_execution_ended_or_its_workflow_is_not_registered() -> None:
+    """Refused before it is written (signals.check_send): a 409 means nothing was kept, so a
+    caller who sends it again feeds one wait, not two."""
+    assert check_send(execution(), registered=True) is SendVerdict.KEEP
+    assert check_send(execution(status=Status.BLOCKED), registered=True) is SendVerdict.KEEP  # delivered on resume
+    assert check_send(execution(), registered=False) is SendVerdict.NOT_REGISTERED
+    assert check_send(execution(status=Status.BLOCKED), registered=False) is SendVerdict.NOT_REGISTERED
+    for ended in (Status.COMPLETED, Status.FAILED, Status.CANCELLED):
+        assert check_send(execution(status=ended), registered=False) is SendVerdict.TERMINAL
 
 
 def test_a_wait_wakes_at_its_earliest_deadline_and_round_trips() -> None:

@@ -29,6 +29,14 @@
     return name ? `${ex.current_step} ${name}` : String(ex.current_step);
   }
 
+  // This stack lacks its workflow (or its shape): the row says so, as its page does, with the fix on hover.
+  function notRegistered(ex) {
+    const missing = ex.unregistered;
+    if (!missing) return null;
+    const text = missing.code === "workflow_not_registered" ? "not registered" : "definition changed";
+    return [" ", h("span", { class: "error-text", "data-unregistered": missing.code, title: missing.message }, text)];
+  }
+
   // An ended execution's last update is its end; its duration runs from start to end.
   function row(ex, wallNow, moves) {
     const err = errorLine(ex.error);
@@ -37,7 +45,7 @@
     return h("tr", { "data-id": ex.id },
       h("td", { class: "id" }, executionLink(ex.id), " ", copyButton(ex.id, `execution id ${ex.id}`)),
       h("td", {}, ex.workflow),
-      h("td", {}, badge(ex.status)),
+      h("td", {}, badge(ex.status), notRegistered(ex)),
       h("td", { class: "step" }, stepName(ex)),
       h("td", { class: "when started", title: when(ex.created_at_epoch) }, whenShort(ex.created_at_epoch)),
       h("td", { class: "when ended", title: when(ended) }, whenShort(ended, ex.created_at_epoch)),
