@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
+
 from loom.template import create_resources
 
 # The queue attributes a test may change with SetQueueAttributes; a change means a rebuild.
@@ -32,6 +34,19 @@ _QUEUE_SETTINGS = (
     "redrive_policy",
     "policy",
 )
+
+
+def moto_session(region_name: str) -> boto3.Session:
+    """A boto3 session whose clients moto's in-process mock reaches, however early it is made.
+
+    moto hooks botocore through the handlers a session copies when it is created, and adds its
+    hook when moto is imported: a session made before that import (at a test module's import,
+    say) sends to the real endpoint even inside ``mock_aws``. A suite that happened to import
+    moto first hid this; a test run on its own failed on a DNS lookup.
+    """
+    import moto  # noqa: F401  (registers moto's botocore hook before the session copies them)
+
+    return boto3.Session(region_name=region_name)
 
 
 @contextlib.contextmanager

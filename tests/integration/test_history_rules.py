@@ -8,7 +8,6 @@ again by botocore (write tokens): the outcome is the same, and nothing is append
 
 from __future__ import annotations
 
-import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,12 +16,12 @@ from engine.adapters.dynamodb import DynamoStore
 from engine.errors import ConflictError
 from engine.history_rules import HistoryRule, commit_refused_by, failure_refused_by
 from engine.state import Attempt, AttemptOutcome, StepRecord, StepStatus
-from loom.testing.moto_resources import moto_kept, template_resources
+from loom.testing.moto_resources import moto_kept, moto_session, template_resources
 from tests.integration.engine_support import LostAnswers, WriteKind
 
 pytestmark = pytest.mark.integration
 
-SESSION = boto3.Session(region_name="us-east-1")  # its clients share botocore's loaded models
+SESSION = moto_session("us-east-1")  # its clients share botocore's loaded models
 
 WRITE = st.tuples(
     st.sampled_from(["commit", "retrying", "final"]), st.integers(min_value=1, max_value=4), st.booleans()

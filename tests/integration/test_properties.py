@@ -26,7 +26,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -67,14 +66,14 @@ from engine.workflow import (
     wait_for_signal,
     wait_until,
 )
-from loom.testing.moto_resources import moto_kept, template_resources
+from loom.testing.moto_resources import moto_kept, moto_session, template_resources
 from tests.integration.engine_support import Crash, CrashAt, LostAnswers, WatchedStore, WriteKind, add_workflow
 
 pytestmark = [pytest.mark.integration]
 
 REGION = "us-east-1"
 # One session for every example: its clients share botocore's loaded models.
-SESSION = boto3.Session(region_name=REGION)
+SESSION = moto_session(REGION)
 # A dead worker's messages come back when its heartbeat's last extension runs out (template: 20 s),
 # inside the lease: the redelivery adopts or re-runs what the worker left (verdicts.may_adopt).
 VISIBILITY = 20.0
