@@ -33,7 +33,7 @@ from typing import Any
 from engine import attempts, definitions
 from engine import transitions as tr
 from engine.attempts import context_for
-from engine.error_report import error_info
+from engine.error_report import error_info, one_line
 from engine.errors import (
     CallbackFailed,
     CallbackNotFound,
@@ -156,7 +156,7 @@ def _outcome_line(mine: Attempt) -> str:
         return f"its attempt {mine.attempt} was completed already"
     if mine.outcome is AttemptOutcome.WORKER_LOST:
         return f"its attempt {mine.attempt} was lost with the worker that submitted it"
-    what = f"{error.get('type', 'Error')}: {error.get('message', '')}".rstrip(": ")
+    what = one_line({"type": "Error", **error}).rstrip(": ")
     if str(error.get("type", "")).endswith("Timeout"):
         return f"its attempt {mine.attempt} timed out ({what})"
     return f"its attempt {mine.attempt} failed ({what})"

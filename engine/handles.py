@@ -34,6 +34,7 @@ from typing import Any
 from engine import attempts, definitions
 from engine import transitions as tr
 from engine.callbacks import SECRET_BYTES, Action, Completion, body_hash, check_body
+from engine.error_report import one_line
 from engine.errors import (
     CallbackNotFound,
     ConflictError,
@@ -155,7 +156,7 @@ def ended_reason(ex: Execution, h: Handle) -> str:
     if h.status is HandleStatus.SUCCEEDED:
         said = f"callback {h.name!r} was completed already"
     elif h.status is HandleStatus.FAILED:
-        said = f"callback {h.name!r} failed already ({error.get('type', 'Error')}: {error.get('message', '')})"
+        said = f"callback {h.name!r} failed already ({one_line({'type': 'Error', **error})})"
     elif h.status is HandleStatus.TIMED_OUT:
         said = f"callback {h.name!r} timed out ({error.get('message', '')})"
     else:
