@@ -13,15 +13,15 @@ from engine.errors import (
     NotFailed,
     ParentDecides,
 )
-from engine.history_rules import last_attempt
 from engine.lifecycle import cancel as cancel
 from engine.lifecycle import get as get
+from engine.lifecycle import item_record_of, parent_waits_on
 from engine.lifecycle import start as start
 from engine.messages import StepMessage
 from engine.outbox import dispatch, execution_log
 from engine.parts import Parts
 from engine.ports import Page
-from engine.state import Execution, Status, StepRecord, StepStatus, WaitKind
+from engine.state import Execution, Status, StepRecord
 from engine.workflow import WorkflowSpec
 
 CONFLICT_RETRIES = 5
@@ -104,7 +104,7 @@ def _check_parent_waits(parts: Parts, kid: Execution) -> None:
     a fresh child or failed itself, and a revived child would run its work for nobody."""
     parent_id = str(kid.parent.get("id", "")) if kid.parent else ""
     parent = parts.store.get_execution(parent_id)
-    if parent is not None and parent_waits_on(parent, kid, _item_record(parts, parent, kid)):
+    if parent is not None and parent_waits_on(parent, kid, item_record_of(parts, parent, kid)):
         return
     state = "gone" if parent is None else f"{parent.status.value} at step {parent.current_step}"
     raise ParentDecides(
@@ -112,34 +112,6 @@ def _check_parent_waits(parts: Parts, kid: Execution) -> None:
         f"re-drive {parent_id!r} instead (its new attempt starts a fresh child)",
         parent=parent_id,
     )
-
-
-def _item_record(parts: Parts, parent: Execution, kid: Execution) -> StepRecord | None:
-    """The fan-out item record a child item belongs to (None for a plain child, or no record yet)."""
-    link = kid.parent or {}
-    if "item" not in link or parent.current_step != link.get("step"):
-        return None
-    join = parts.store.get_join(parent.id, parent.current_step)
-    if join is None:
-        return None
-    return parts.store.get_item(parent.id, parent.current_step, int(link["item"]), join.shards)
-
-
-def parent_waits_on(parent: Execution, kid: Execution, item: StepRecord | None) -> bool:
-    """Pure: ``parent`` still waits on ``kid``. A plain child: the parent's wait names it. A
-    fan-out child item: the parent is at that step and attempt and the item has not recorded
-    the attempt the child is for (child ids end ``--<step>-<item attempt>-<item>``)."""
-    link = kid.parent or {}
-    if "item" not in link:
-        w = parent.wait
-        return parent.status is Status.WAITING and w is not None and w.kind is WaitKind.CHILD and w.child_id == kid.id
-    if parent.status is not Status.RUNNING or parent.current_step != link.get("step"):
-        return False
-    if parent.attempt != link.get("attempt"):
-        return False
-    item_attempt = int(kid.id.rsplit("--", 1)[-1].split("-")[1])
-    final = item is not None and item.status in (StepStatus.COMPLETED, StepStatus.FAILED)
-    return not final and last_attempt(item) < item_attempt
 
 
 def migrate(

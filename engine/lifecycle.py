@@ -29,7 +29,7 @@ from engine.limits import check_execution_id, check_item, meta_item_size
 from engine.outbox import dispatch, execution_log, notify_parent
 from engine.parts import Parts
 from engine.serde import is_typed
-from engine.state import Attempt, AttemptOutcome, Execution, Status, StepStatus, WaitKind, canonical_json
+from engine.state import Attempt, AttemptOutcome, Execution, Status, StepRecord, StepStatus, WaitKind, canonical_json
 from engine.workflow import ChildSpec, StepSpec, WorkflowSpec
 
 CONFLICT_RETRIES = 5
@@ -211,6 +211,43 @@ def first_to_undo(parts: Parts, ex: Execution) -> int | None:
     record = parts.store.get_step(ex.id, ex.current_step, st.name)
     committed = record is not None and record.status is StepStatus.COMPLETED
     return ex.current_step if committed else below
+
+
+def item_record_of(parts: Parts, parent: Execution, kid: Execution) -> StepRecord | None:
+    """The fan-out item record a child item belongs to (None for a plain child, or no record yet)."""
+    link = kid.parent or {}
+    if "item" not in link or parent.current_step != link.get("step"):
+        return None
+    join = parts.store.get_join(parent.id, parent.current_step)
+    if join is None:
+        return None
+    return parts.store.get_item(parent.id, parent.current_step, int(link["item"]), join.shards)
+
+
+def parent_waits_on(parent: Execution, kid: Execution, item: StepRecord | None) -> bool:
+    """Pure: ``parent`` still waits on ``kid``. A plain child: the parent's wait names it. A
+    fan-out child item: the parent is at that step and attempt and the item has not recorded
+    the attempt the child is for (child ids end ``--<step>-<item attempt>-<item>``)."""
+    link = kid.parent or {}
+    if "item" not in link:
+        w = parent.wait
+        return parent.status is Status.WAITING and w is not None and w.kind is WaitKind.CHILD and w.child_id == kid.id
+    if parent.status is not Status.RUNNING or parent.current_step != link.get("step"):
+        return False
+    if parent.attempt != link.get("attempt"):
+        return False
+    item_attempt = int(kid.id.rsplit("--", 1)[-1].split("-")[1])
+    final = item is not None and item.status in (StepStatus.COMPLETED, StepStatus.FAILED)
+    return not final and last_attempt(item) < item_attempt
+
+
+def waiting_parent(parts: Parts, kid: Execution) -> Execution | None:
+    """``kid``'s parent while it still waits on ``kid`` (its end notice not taken yet), else None."""
+    parent_id = str(kid.parent.get("id", "")) if kid.parent else ""
+    parent = parts.store.get_execution(parent_id) if parent_id else None
+    if parent is not None and parent_waits_on(parent, kid, item_record_of(parts, parent, kid)):
+        return parent
+    return None
 
 
 def cancel_children(parts: Parts, ex: Execution) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from engine import attempts, definitions, retention, schedules, steps, waits
+from engine import attempts, definitions, lifecycle, retention, schedules, steps, waits
 from engine import transitions as tr
 from engine.config import EngineConfig
 from engine.error_report import error_info
@@ -42,6 +42,8 @@ class SweepAction(StrEnum):
     # for the next sweep (it stays due).
     RETAINED = "retained"
     RETAINING = "retaining"
+    # An ended child whose parent still waits on it: its end notice sent again, it stays due.
+    NOTIFIED = "notified"
 
 
 @dataclass(frozen=True)
@@ -312,9 +314,15 @@ def sweep_one(
             # sent one un-indexes it: a child wait has no deadline, nothing else wakes the parent.
             if not notify_parent(parts, ex):
                 raise TransientError(f"the end notice of {ex.id!r} to its parent was not sent")
+            # Sent is not taken: a notice lost or parked after it was sent would leave the
+            # parent waiting with nothing indexed. While the parent still waits, the child
+            # stays due, a backlog's patience on, and each sweep that finds it sends again.
+            if lifecycle.waiting_parent(parts, ex) is not None:
+                _index(parts, ex, now, now + backlog_patience(parts.config, parked=False))
+                return SweepAction.NOTIFIED, None
             if not retention.stamp(parts, ex):
                 return SweepAction.RETAINING, None  # still due: the next sweep stamps the rest
-            _unindex(parts, ex, now)
+            _index(parts, ex, now, None)
             return (SweepAction.RETAINED if ex.expires_at is not None else SweepAction.SKIPPED), None
         if ex.status is Status.BLOCKED:
             resumed, message = definitions.recheck(parts, ex, now)
@@ -371,7 +379,8 @@ def _judge(parts: Parts, ex: Execution, now: float, backlog: Backlog) -> SweepAc
     return judge_lapsed(ex, waiting, now, parts.config, since)
 
 
-def _unindex(parts: Parts, ex: Execution, now: float) -> None:
+def _index(parts: Parts, ex: Execution, now: float, wake_at: float | None) -> None:
+    """An ended execution's place in the due index: kept until ``wake_at``, or None to leave it."""
     parts.store.put_execution(
-        ex.evolve(now, next_wake_at=None), expected_version=ex.version, expected_step=ex.current_step
+        ex.evolve(now, next_wake_at=wake_at), expected_version=ex.version, expected_step=ex.current_step
     )

@@ -88,9 +88,46 @@ def test_a_child_stays_indexed_until_its_notice_is_sent_and_the_parent_wakes(rig
     assert report.errors == 1, "a notice not sent is the sweep's error"
     rig.clock.advance(rig.engine.config.lease_seconds * 2)
     rig.engine.sweep()
+    assert rig.engine.get(kid).next_wake_at is not None, "sent, not yet taken: still indexed"
     rig.driver.pump()
     assert rig.status("n2") == "COMPLETED" and rec.count("n2") == 1
-    assert rig.engine.get(kid).next_wake_at is None, "un-indexed once its notice went out"
+    rig.clock.advance(patience(rig))
+    rig.engine.sweep()
+    assert rig.engine.get(kid).next_wake_at is None, "un-indexed once its parent took the notice"
+
+
+def patience(rig) -> float:
+    """How long the sweeper leaves an ended child alone while its parent still waits on it."""
+    cfg = rig.engine.config
+    return cfg.backlog_patience_leases * cfg.lease_seconds + 1
+
+
+def test_a_notice_lost_after_it_was_sent_is_sent_again_while_the_parent_waits(rig, rec):
+    """Sent is not taken: the notice vanishes from the queue after the child's end was swept
+    (the hypothesis machine's lost message, found by its long exploration). The child stays
+    indexed while its parent waits on it, and each sweep that finds it due sends it again."""
+    start_until_the_childs_end(rig, "n5")
+    kid = child_id("n5", 0, 1)
+    rig.clock.advance(rig.engine.config.lease_seconds * 2)
+    rig.engine.sweep()  # the child's end is due: its notice is sent again, the parent still waits
+    assert len(notices(rig)) == 2, "the child's notice and the sweep's, both lost here"
+    assert rig.status("n5") == "WAITING" and rig.engine.get(kid).next_wake_at is not None
+    rig.clock.advance(patience(rig))
+    report = rig.engine.sweep()
+    assert report.errors == 0 and len(notices_kept(rig)) == 1, "one more notice, kept on the queue"
+    rig.driver.pump()
+    assert rig.status("n5") == "COMPLETED" and rec.count("n5") == 1
+    rig.clock.advance(patience(rig))
+    rig.engine.sweep()
+    assert rig.engine.get(kid).next_wake_at is None, "the parent took it: the child leaves the index"
+
+
+def notices_kept(rig) -> list[dict[str, Any]]:
+    """The child notices on the step queue, left there for the workers."""
+    taken = rig.driver.receive(10)
+    for m in taken:
+        rig.driver.release(m)
+    return [body for body in (json.loads(m["Body"]) for m in taken) if body.get("kind") == "child_done"]
 
 
 @pytest.mark.parametrize("child_first", [True, False])

@@ -103,7 +103,7 @@ KINDS: dict[str, str] = {
     "DynamoStore.put_execution <- parking.park <- waits.expire": "heartbeat_missed",
     "DynamoStore.put_execution <- polls.not_yet <- steps.run_step": "webhook",
     "DynamoStore.put_execution <- runner.run_guarded <- runner.handle_link": "fulfillment",
-    "DynamoStore.put_execution <- sweeper._unindex <- sweeper.sweep_one": "composite",
+    "DynamoStore.put_execution <- sweeper._index <- sweeper.sweep_one": "composite",
     "DynamoStore.put_execution <- sweeper.sweep_one <- sweeper._sweep_guarded": "lost_message",
     "DynamoStore.put_schedule <- schedules._start <- schedules.carry_out": "schedules",
     # Retention (engine/retention.py): a stamp after the end's grace, and its removal by a redrive.
