@@ -37,9 +37,10 @@ class Result:
     def span(self, kind: str, label: str, start: float, end: float | None = None) -> None:
         """Mark ``start``..``end`` (wall times, ``time.time()``); a point when ``end`` is None."""
         origin = self.started_at if self.started_at is not None else start
-        stop = start if end is None else max(start, end)
+        begin = max(start, origin)  # a wall clock stepped back draws from the run's start, never before it
+        stop = begin if end is None else max(begin, end)
         self.timeline.append(
-            {"kind": kind, "label": label, "start": round(start - origin, 3), "end": round(stop - origin, 3)}
+            {"kind": kind, "label": label, "start": round(begin - origin, 3), "end": round(stop - origin, 3)}
         )
 
     def recovered(self, fault_at: float, recovered_at: float) -> None:
@@ -125,7 +126,10 @@ def execute(scenario: Scenario, target: Target) -> Result:
     if reason:
         result.status, result.reason = SKIP, reason
         return result
-    started = time.monotonic()
+    # The run's length is measured on the clock its marks are on, the wall clock (some marks are
+    # the engine's own timestamps). A sandboxed machine's monotonic clock stands still while the
+    # machine is paused and its wall clock does not: measured on the one and marked on the other,
+    # a recovery was drawn past the end of its run (CI, two scenarios paused at once).
     result.started_at = time.time()  # the origin of the result's timeline
     try:
         scenario.run(target, result)
@@ -135,7 +139,7 @@ def execute(scenario: Scenario, target: Target) -> Result:
     finally:
         if target.proxy is not None:
             target.proxy.calm()
-    result.duration_seconds = round(time.monotonic() - started, 2)
+    result.duration_seconds = round(max(0.0, time.time() - result.started_at), 2)
     if result.violations:
         result.status = FAIL
     return result

@@ -19,7 +19,7 @@ from engine.config import EngineConfig
 from engine.log import configure
 from engine.runtime import Engine
 from engine.workflow import default_registry
-from loom.testing.moto_resources import moto_kept, template_resources
+from loom.testing.moto_resources import moto_kept, moto_session, template_resources
 
 pytest_plugins = ["tests.tiers"]
 
@@ -46,8 +46,9 @@ def _fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def aws_session() -> boto3.Session:
     """One boto3 session for the run: its clients share botocore's loaded models (a client
-    from a new session costs ten times more)."""
-    return boto3.Session(region_name=REGION)
+    from a new session costs ten times more). Made through moto_session: a session made before
+    moto is imported never reaches its mock, and a file run on its own may not have imported it."""
+    return moto_session(REGION)
 
 
 @pytest.fixture

@@ -154,3 +154,50 @@ def test_wait_depth_returns_once_the_timers_are_queued_and_gives_up_at_its_deadl
     monkeypatch.setattr(faults, "queue_depth", lambda _t: {"Visible": 0, "NotVisible": 0, "Delayed": 1})
     seen = faults.wait_depth(None, lambda d: d["Delayed"] >= 2, 5, clock=lambda: t.now, pause=t.pause)  # type: ignore[arg-type]
     assert seen["Delayed"] == 1 and 5.0 < t.now - 0.15 <= 5.1, "a timer that never comes is not waited for forever"
+
+
+class _Paused:
+    """A machine paused mid-run: its wall clock moves on, its monotonic clock stands still."""
+
+    def __init__(self) -> None:
+        self.wall = 1_000.0
+
+    def time(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return 5.0
+
+
+class _Bare:
+    proxy = None
+
+    def why_not(self, *needs: str) -> str:
+        return ""
+
+
+def test_a_run_s_length_is_on_the_clock_its_marks_are_on(monkeypatch) -> None:
+    """CI drew two recoveries past their run's end: marks on the wall clock, length on the
+    monotonic one, which a paused machine stops. Both are the wall clock's now."""
+    import chaos.scenario as scenario_module
+
+    clock = _Paused()
+    monkeypatch.setattr(scenario_module, "time", clock)
+
+    def run(_target: object, r: Result) -> None:
+        fault_at = clock.time()
+        clock.wall += 40.0  # paused for 40 s while recovering
+        r.recovered(fault_at, clock.time())
+        clock.wall += 1.0
+
+    result = scenario_module.execute(scenario_module.Scenario("paused", "a pause", (), run), _Bare())  # type: ignore[arg-type]
+    assert result.status == PASS and result.recovery_seconds == 40.0
+    assert result.duration_seconds == 41.0
+    assert all(0 <= m["start"] <= m["end"] <= result.duration_seconds for m in result.timeline), result.timeline
+
+
+def test_a_wall_clock_stepped_back_draws_no_mark_before_the_run() -> None:
+    r = Result("stepped", "a step back")
+    r.started_at = 1_000.0
+    r.recovered(990.0, 1_003.0)
+    assert [(m["start"], m["end"]) for m in r.timeline] == [(0.0, 0.0), (0.0, 3.0)]

@@ -160,13 +160,31 @@ def fits(driver: Any) -> bool:
     return bool(driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"))
 
 
-def cells(row: Any) -> dict[str, str]:
-    """A list row's cells by their class (step, started, ended, took, age)."""
-    out = {}
-    for cell in row.find_elements("css selector", "td"):
-        for name in (cell.get_attribute("class") or "").split():
-            out[name] = cell.text
-    return out
+def cells(driver: Any, selector: str) -> dict[str, str]:
+    """A list row's cells by their class (step, started, ended, took, age), read in one script.
+    The list redraws its rows every few seconds: an element found in one call and read in the
+    next can be gone by then (a stale element), while one script runs between two redraws."""
+    found = driver.execute_script(
+        "const row = document.querySelector(arguments[0]); if (!row) return null;"
+        "const out = {}; for (const td of row.querySelectorAll('td'))"
+        " for (const name of td.className.split(/\\s+/).filter(Boolean)) out[name] = td.innerText.trim();"
+        "return out;",
+        selector,
+    )
+    assert found is not None, f"no row {selector} on the page"
+    return dict(found)
+
+
+def wrapped_ages(driver: Any) -> list[str]:
+    """The list's Age cells drawn on more than one line (one script, for the same reason)."""
+    return list(
+        driver.execute_script(
+            "return [...document.querySelectorAll('#executions tbody tr td.age')].filter((td) => {"
+            " const r = document.createRange(); r.selectNodeContents(td);"
+            " return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size > 1;"
+            "}).map((td) => td.innerText);"
+        )
+    )
 
 
 def text(driver: Any, element_id: str) -> str:
@@ -500,15 +518,14 @@ def test_the_list_shows_start_end_duration_and_finds_an_execution_by_id(browser:
     wait_status(stack.api, waiting, "WAITING")
     open_page(browser, stack, "/")
     wait_until(browser, "the rows", lambda d: d.find_elements("css selector", f"tr[data-id='{waiting}']"))
-    done = cells(browser.find_element("css selector", f"tr[data-id='{ended}']"))
+    done = cells(browser, f"tr[data-id='{ended}']")
     assert done["step"] == "", "an ended execution has no current step"
     stamp = r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d"  # the date only when not today (or not the start's day)
     assert re.fullmatch(stamp, done["started"]) and re.fullmatch(stamp, done["ended"]), done
     assert re.fullmatch(r"\d+(\.\d)?(ms|s)", done["took"]), done
-    live = cells(browser.find_element("css selector", f"tr[data-id='{waiting}']"))
+    live = cells(browser, f"tr[data-id='{waiting}']")
     assert live["step"].endswith("approval") and live["ended"] == "" and live["took"] == ""
-    for row in browser.find_elements("css selector", "#executions tbody tr td.age"):
-        assert single_line(browser, row), f"the Age cell wraps: {row.text!r}"
+    assert wrapped_ages(browser) == [], "an Age cell wraps"
     assert single_line(browser, browser.find_element("xpath", "//th[.='Age']"))
     assert fits(browser), "the list is wider than the window"
     doc_shot(browser, "executions")
@@ -535,7 +552,7 @@ def test_ages_are_on_the_wall_clock_when_the_functions_clock_moved(browser: Any,
     open_page(browser, stack, "/")
     wait_until(browser, "the rows", lambda d: d.find_elements("css selector", f"tr[data-id='{after}']"))
     for ex_id in (before, after):
-        age = cells(browser.find_element("css selector", f"tr[data-id='{ex_id}']"))["age"]
+        age = cells(browser, f"tr[data-id='{ex_id}']")["age"]
         assert re.fullmatch(r"\d+(\.\d)?(ms|s)|[1-9]m( \d+s)?", age), f"{ex_id} is {age!r} old on the wall clock"
     # The rule itself: a stamp maps back through the offset in force when it was written.
     moves = [{"at_epoch": 1000, "offset_seconds": 7200}, {"at_epoch": 1040, "offset_seconds": 18000}]
