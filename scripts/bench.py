@@ -85,6 +85,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--burst", type=int, default=100, help="--local-throughput: executions started at once")
     p.add_argument("--lone", type=int, default=10, help="--local-throughput: executions run one at a time")
+    p.add_argument(
+        "--workflow",
+        default=local_speed.WORKFLOW,
+        choices=local_speed.WORKFLOWS,
+        help="--local-throughput: plain_steps (the default: steps that only return, the engine's own cost) "
+        "or pipeline (each step also writes the example's ledger twice)",
+    )
     p.add_argument("--state-dir", type=Path, help="where the emulator's log goes (default: a temp dir)")
     args = p.parse_args(argv)
     if args.quick:
@@ -337,7 +344,7 @@ def run_local_throughput(args: argparse.Namespace) -> int:
     """Only the embedded stack's speed; exits 1 when a target is missed."""
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="loom-speed-"))
     log.configure("WARNING")  # the supervisor's per-invocation lines would bury the figures
-    measured = local_speed.run(state, burst=args.burst, lone=args.lone, timeout=args.timeout)
+    measured = local_speed.run(state, burst=args.burst, lone=args.lone, timeout=args.timeout, workflow=args.workflow)
     measured["machine"]["command"] = shlex.join([Path(sys.executable).name, *sys.argv])
     print(local_speed.render(measured))
     if args.json:

@@ -138,3 +138,18 @@ class Pipeline:
 
     steps = [_stage(f"stage_{i}") for i in range(10)]
     retry = RetryPolicy(max_attempts=4, base=0.5, max_delay=2)
+
+
+def _plain(name: str) -> Any:
+    def run(ctx: StepContext) -> dict[str, Any]:
+        return {name: ctx.step_index}
+
+    run.__name__ = name
+    return run
+
+
+@workflow("plain_steps")
+class PlainSteps:
+    """Ten steps that only return: what the engine itself costs per step (the local speed bench)."""
+
+    steps = [_plain(f"step_{i}") for i in range(10)]

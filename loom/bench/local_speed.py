@@ -31,7 +31,11 @@ from loom.local.stack import LocalStack, StackOptions
 
 TARGET_STEPS_PER_SECOND = 150.0
 TARGET_GAP_MS = 10.0
-WORKFLOW = "pipeline"  # workflows/examples.py: ten plain sequential steps
+# workflows/examples.py, ten sequential steps each. plain_steps' steps only return: the engine's own
+# cost, as a peer's benchmark of ten steps measures it. pipeline's steps also land the example's
+# side effect through its ledger, two more conditional writes a step (the chaos kit's unit of work).
+WORKFLOWS = ("plain_steps", "pipeline")
+WORKFLOW = WORKFLOWS[0]
 START_THREADS = 8  # concurrent start requests: "at once", within what the control plane takes
 DONE = ("COMPLETED", "FAILED", "CANCELLED")
 METER_ENV = "LOOM_EMULATOR_METER"

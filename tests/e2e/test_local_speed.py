@@ -14,7 +14,7 @@ from loom.bench.local_speed import TARGET_GAP_MS, TARGET_STEPS_PER_SECOND
 pytestmark = [pytest.mark.e2e]
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = 10  # the pipeline workflow's
+STEPS = 10  # the plain_steps workflow's (the default)
 
 
 def test_the_figures_come_from_what_the_engine_wrote(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ def test_the_figures_come_from_what_the_engine_wrote(tmp_path: Path) -> None:
     assert burst["steps_per_second"] == pytest.approx(burst["steps"] / burst["seconds"])
     assert lone["executions"] == lone["completed"] == 2 and lone["gaps"] == 2 * (STEPS - 1)
     assert 0 < lone["gap_ms"]["p50"] <= lone["gap_ms"]["p90"] <= lone["gap_ms"]["max"]
-    # Every step of the pipeline commits through the emulator's UpdateItem (its history item, its ledger).
+    # Every step commits its history item through the emulator's UpdateItem.
     updates = result["burst"]["emulator_by_operation"]["dynamodb.UpdateItem"]
     assert updates["requests_per_step"] >= 1 and updates["cpu_ms_per_request"] > 0
     assert result["burst"]["cpu_ms_per_step"]["emulator"] > 0
@@ -43,3 +43,15 @@ def test_the_figures_come_from_what_the_engine_wrote(tmp_path: Path) -> None:
     assert met[1] == (lone["gap_ms"]["p50"] <= TARGET_GAP_MS)
     assert done.returncode == (0 if all(met) else 1), done.stderr
     assert f"{burst['steps_per_second']:.1f} steps/s" in done.stdout
+
+
+def test_an_unknown_workflow_is_refused_before_any_stack_starts(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--local-throughput", "--workflow", "nope", "--state-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "invalid choice: 'nope'" in done.stderr
+    assert not any(tmp_path.iterdir()), "nothing was started"

@@ -16,6 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from loom.cli import main
 from loom.local.emulator import localstack_host
 from loom.local.emulator.backends import fake_credentials
 from loom.local.emulator.client import LocalApi, ok
@@ -140,3 +141,10 @@ def test_check_non_lambda_deploys_the_rest_of_the_template_through_localstacks_c
     assert report["outputs"]["StepQueueUrl"].endswith("/loom-check-steps")
     assert "left out WorkerFunction" in done.stdout
     assert localstack_host.health(endpoint) is None, "the LocalStack the check started is stopped again"
+
+
+def test_a_second_install_only_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """What .ci/run's scripts/install-localstack runs once more on a machine that has it."""
+    assert INSTALLED is not None
+    assert main(["localstack", "install"]) == 0
+    assert f"is installed in {INSTALLED.venv}" in capsys.readouterr().err

@@ -207,6 +207,60 @@ def command_error(parser: argparse.ArgumentParser, shown: Shown) -> str | None:
     return error
 
 
+# ------------------------------------------------------------------ commands the tests run
+
+SUBCOMMANDS = ("time_command", "callback_command", "dlq_command", "localstack_command")
+# A test runs a command by calling the CLI with its words: loom(state, "time", "advance", ...) in
+# the e2e tests, main([...]) or loom(capsys, ...) in the integration tests.
+CALL = r"\b(?:loom|main|cli)\([^()]*?"
+# Commands the tests run through the Python entry the command calls, or a script that calls it:
+# the test file and the words in it that run it.
+RUN_ELSEWHERE: dict[tuple[str, ...], tuple[str, str]] = {
+    ("demo",): ("tests/e2e/test_demo.py", "Demo(DemoOptions("),
+    ("chaos", "all"): ("tests/chaos/conftest.py", "run_all(chaos_target, names="),
+    ("chaos", "soak"): ("tests/chaos/test_soak.py", "run_soak(target, 100"),
+    ("console",): ("tests/integration/test_console.py", '(["console", "--port", "70000"]'),
+    ("logs",): ("tests/integration/test_cli_follow.py", 'root.parse_args(["logs", *argv])'),
+    ("localstack", "install"): ("tests/e2e/test_localstack_host.py", 'main(["localstack", "install"])'),
+    ("localstack", "status"): ("tests/unit/test_localstack_host.py", '"localstack", "status"'),
+}
+
+
+def command_path(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[str, ...] | None:
+    """The command and subcommand a line runs (``time advance``), None when it does not parse."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(argv)
+    except SystemExit:
+        return None
+    path = [args.command, *(getattr(args, name) for name in SUBCOMMANDS if getattr(args, name, None))]
+    if args.command == "chaos":
+        path.append(args.scenario if args.scenario in ("all", "soak", "list") else "<scenario>")
+    return tuple(path)
+
+
+def shown_paths() -> dict[tuple[str, ...], set[str]]:
+    parser = build_parser()
+    found: dict[tuple[str, ...], set[str]] = {}
+    for shown in shown_commands():
+        path = command_path(parser, shown.argv)
+        if path is not None:
+            found.setdefault(path, set()).add(shown.page.name)
+    return found
+
+
+def suite_sources() -> dict[Path, str]:
+    files = sorted(p for p in (ROOT / "tests").rglob("*.py") if p.name != "test_docs.py")
+    return {p: p.read_text(encoding="utf-8") for p in files}
+
+
+def run_by(path: tuple[str, ...], sources: dict[Path, str]) -> list[str]:
+    """The test files that call the CLI with the command's words, in order."""
+    words = r"[\"'],\s*[\"']".join(map(re.escape, path))
+    call = re.compile(CALL + r"[\"']" + words + r"[\"']")
+    return [str(p.relative_to(ROOT)) for p, text in sources.items() if call.search(text)]
+
+
 # ------------------------------------------------------------------ links
 
 
@@ -302,6 +356,35 @@ def test_every_loom_command_shown_parses_with_the_cli_parser() -> None:
         if (error := command_error(parser, shown)) is not None
     ]
     assert not failures, "\n".join(failures)
+
+
+def test_every_command_shown_is_run_by_a_test() -> None:
+    """Parsing is not running: each command the docs show (``loom time advance``, ``loom dlq
+    redrive``...) is run by some test, through the CLI or the Python entry the command calls."""
+    paths = shown_paths()
+    assert len(paths) >= 20, f"only {len(paths)} commands found: the scanner lost them"
+    sources = suite_sources()
+    missing = []
+    for path, pages in sorted(paths.items()):
+        if path in RUN_ELSEWHERE:
+            where, words = RUN_ELSEWHERE[path]
+            if words not in sources.get(ROOT / where, ""):
+                missing.append(f"loom {' '.join(path)} ({', '.join(sorted(pages))}): {where} no longer has {words!r}")
+        elif not run_by(path, sources):
+            missing.append(f"loom {' '.join(path)} ({', '.join(sorted(pages))}): no test runs it")
+    assert not missing, "\n".join(missing)
+    assert set(RUN_ELSEWHERE) <= set(paths), "an entry for a command the docs no longer show"
+
+
+def test_the_run_by_scan_sees_a_call_and_not_a_mention() -> None:
+    sources = {
+        ROOT / "tests" / "a.py": 'code, out, _ = loom(capsys, "time", "advance", "2h")',
+        ROOT / "tests" / "b.py": 'text = "loom time advance 2h"  # prose, not a call',
+        ROOT / "tests" / "c.py": 'assert main(["dlq", "redrive", "--all"]) == 0',
+    }
+    assert run_by(("time", "advance"), sources) == ["tests/a.py"]
+    assert run_by(("dlq", "redrive"), sources) == ["tests/c.py"]
+    assert run_by(("time", "reset"), sources) == []
 
 
 def test_the_command_scanner_reads_what_a_shell_would() -> None:

@@ -53,3 +53,13 @@ def test_the_pipeline_survives_duplicates_with_each_effect_once(test: WorkflowTe
     eid = test.start("pipeline")
     assert test.run(eid).status.value == "COMPLETED"  # type: ignore[union-attr]
     assert len(ledger.effects(eid)) == 10
+
+
+def test_plain_steps_only_return_and_land_no_effect(test: WorkflowTest, ledger: MemoryLedger) -> None:
+    """The local speed bench's unit (loom/bench/local_speed.py): ten steps, nothing but their results."""
+    eid = test.start("plain_steps")
+    ex = test.run(eid)
+    assert ex is not None and ex.status.value == "COMPLETED"
+    assert ex.context == {f"step_{i}": i for i in range(10)}
+    assert [s[1] for s in test.steps(eid)] == ["COMPLETED"] * 10
+    assert ledger.effects(eid) == {}

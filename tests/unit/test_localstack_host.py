@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
+from loom.cli import main
 from loom.local.emulator import localstack_host
 
 pytestmark = pytest.mark.unit
@@ -63,3 +65,25 @@ def test_host_mode_keeps_to_its_data_dir_and_port(tmp_path: Path) -> None:
     assert env["OVERRIDE_IN_DOCKER"] == "0" and env["DNS_ADDRESS"] == "0"
     assert env["FILESYSTEM_ROOT"].startswith(str(tmp_path)) and env["CONFIG_DIR"].startswith(str(tmp_path))
     assert env["SERVICES"] == "kms,sqs"
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on: bound, then let go."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_loom_localstack_status_says_where_it_is_installed_and_whether_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("LOOM_LOCALSTACK_HOME", str(tmp_path / "none"))
+    assert main(["localstack", "status", "--endpoint-url", endpoint]) == 0
+    out = capsys.readouterr().out
+    assert "host mode: not installed (loom localstack install)" in out
+    assert f"{endpoint}: no LocalStack answers" in out
+    venv = _fake_install(tmp_path / "ok")
+    monkeypatch.setenv("LOOM_LOCALSTACK_HOME", str(tmp_path / "ok"))
+    assert main(["localstack", "status", "--endpoint-url", endpoint]) == 0
+    assert f"host mode: installed in {venv}" in capsys.readouterr().out

@@ -92,6 +92,28 @@ CALLS: list[dict[str, Any]] = [
     {"UpdateExpression": "SET = :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
     {"UpdateExpression": "SET missing.deeper = :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
     {"UpdateExpression": "SET PK = :k", "ExpressionAttributeValues": {":k": {"S": "other"}}},
+    # One expression text, names that pass and then name a key: the expression-only checks kept
+    # for the first set of names must not let the second through.
+    {
+        "UpdateExpression": "SET #k = :k",
+        "ExpressionAttributeNames": {"#k": "other"},
+        "ExpressionAttributeValues": {":k": {"S": "x"}},
+    },
+    {
+        "UpdateExpression": "SET #k = :k",
+        "ExpressionAttributeNames": {"#k": "SK"},
+        "ExpressionAttributeValues": {":k": {"S": "x"}},
+    },
+    {
+        "UpdateExpression": "SET #k = :k, #j = :k",
+        "ExpressionAttributeNames": {"#k": "a", "#j": "b"},
+        "ExpressionAttributeValues": {":k": {"S": "x"}},
+    },
+    {
+        "UpdateExpression": "SET #k = :k, #j = :k",
+        "ExpressionAttributeNames": {"#k": "a", "#j": "a"},
+        "ExpressionAttributeValues": {":k": {"S": "x"}},
+    },
     {
         "UpdateExpression": "DELETE tags :t",
         "ExpressionAttributeValues": {":t": {"SS": ["a"]}},
@@ -135,6 +157,8 @@ def outcomes() -> list[Any]:
 
 def install(monkeypatch: pytest.MonkeyPatch) -> None:
     moto_speed._parsed.cache_clear()
+    moto_speed._lexed.cache_clear()
+    moto_speed._checked.clear()
     for owner, name, value in moto_speed.expression_replacements():
         monkeypatch.setattr(owner, name, value, raising=False)
 
@@ -180,8 +204,9 @@ def test_a_validator_builds_its_processing_map_once_not_per_node(monkeypatch: py
         install(monkeypatch)
         builds["n"] = 0
         db.update_item(TableName="t", Key={**KEY, "SK": {"S": "STEP#0001#b"}}, **CALLS[0])
-    # A new item is validated twice (before it is created and after), one ActionCountValidator each.
-    assert builds["n"] == 2
+    # A new item is validated twice (before it is created and after); the second skips the
+    # expression-only checks the first passed, so only the first ActionCountValidator runs.
+    assert builds["n"] == 1
     assert by_moto > 20 * builds["n"], "moto rebuilt it for every node visited"
 
 
@@ -201,3 +226,44 @@ def test_a_response_class_s_methods_are_moto_s_list(monkeypatch: pytest.MonkeyPa
     assert "update_item" in expected[0] and "receive_message" in expected[1]
     install(monkeypatch)
     assert [core_responses.method_names_from_class(c) for c in (DynamoHandler, SQSResponse)] == expected
+
+
+def test_a_condition_is_lexed_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch)
+    lexed: list[str] = []
+    moto_lex = moto_speed._moto_lex
+
+    def counted(parser: Any) -> Any:
+        lexed.append(parser.condition_expression)
+        return moto_lex(parser)
+
+    monkeypatch.setattr(moto_speed, "_moto_lex", counted)
+    outcomes()
+    conditions = {c["ConditionExpression"] for c in CALLS if "ConditionExpression" in c}
+    assert sorted(lexed) == sorted(conditions), "each text lexed once, over both passes of every call"
+    # A text that does not lex raises moto's ValueError every time (its server answers 500): not kept.
+    parser = moto_speed.ConditionExpressionParser("a ~ :one", {}, {})
+    for _ in range(2):
+        with pytest.raises(ValueError, match="Cannot parse condition"):
+            parser._lex_condition_expression()
+    assert lexed.count("a ~ :one") == 2
+
+
+def test_the_expression_only_checks_run_once_per_parse_names_and_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch)
+    runs = {"n": 0}
+    moto_check = validators.OverlappingPathsValidator.check_for_overlapping_paths
+
+    def counted(self: Any, node: Any) -> Any:
+        runs["n"] += 1
+        return moto_check(self, node)
+
+    monkeypatch.setattr(validators.OverlappingPathsValidator, "check_for_overlapping_paths", counted)
+    with mock_aws():
+        db = _table()
+        for i in range(3):  # new items: each validated twice by moto (before it exists, and after)
+            db.update_item(TableName="t", Key={**KEY, "SK": {"S": f"STEP#{i}"}}, **CALLS[0])
+        once = runs["n"]
+        other_names = {**CALLS[0], "ExpressionAttributeNames": {"#s": "state", "#r": "result", "#n": "name", "#e": "e"}}
+        db.update_item(TableName="t", Key={**KEY, "SK": {"S": "STEP#9"}}, **other_names)
+    assert once >= 1 and runs["n"] == 2 * once, "checked again for other names only"

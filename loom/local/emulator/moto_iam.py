@@ -24,6 +24,7 @@ is listed in DESIGN.md's fidelity table (conditions, resource policies, ``?`` wi
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -80,10 +81,16 @@ def dynamodb_checks(action: str, params: Mapping[str, Any], region: str, account
         yield action, "*"  # ListTables and the like: no resource
 
 
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(pattern: str, fold_case: bool) -> re.Pattern[str]:
+    """One compiled expression per policy pattern: every request matches the same few statements."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.compile(regex, flags=re.DOTALL | (re.IGNORECASE if fold_case else 0))
+
+
 def glob_match(pattern: str, value: str, *, fold_case: bool = False) -> bool:
     """IAM's wildcard match: ``*`` any run of characters, ``?`` exactly one, everything else literal."""
-    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, value, flags=re.DOTALL | (re.IGNORECASE if fold_case else 0)) is not None
+    return _glob_regex(pattern, fold_case).fullmatch(value) is not None
 
 
 def _element_matches(self: IAMPolicyStatement, statement_element: Any, value: str) -> bool:
