@@ -31,8 +31,9 @@ def run(t: Target, r: Result) -> None:
         w.wait([running_kid], lambda ex: ex.status.value == "RUNNING", timeout=60, what="the child to run")
         t.http("POST", f"/executions/{cancelled}/cancel")
         w.wait([parent, cancelled, running_kid], timeout=max(90.0, 4 * t.lease + 30))
-        # The crashed children's holds leave GSI1 at the sweeper's next visit.
-        w.wait(kids, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=max(90.0, 4 * t.lease + 30))
+        # The crashed children's holds leave GSI1 at the sweeper's next visit; a child whose
+        # parent was still waiting when it was swept stays due up to a patience (target.settle_seconds).
+        w.wait(kids, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=t.settle_seconds)
         done = time.time()
     statuses = {eid: t.status_of(eid) for eid in [parent, cancelled, running_kid]}
     runs = (t.entries(parent).get(f"{parent}:2") or {}).get("runs", 0)

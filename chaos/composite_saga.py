@@ -267,7 +267,7 @@ def run(t: Target, r: Result) -> None:
         out = drive(t, r, w, ids)
         w.wait(list(ids.values()), timeout=60)
         # A crashed child's hold leaves the due index at the sweeper's next visit.
-        w.wait(everyone, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=max(60.0, 4 * t.lease + 30))
+        w.wait(everyone, lambda ex: ex.terminal and ex.next_wake_at is None, timeout=t.settle_seconds)
         done = time.time()
     depth = faults.wait_drained(t, 30)
     evidence: dict[str, Any] = {role: check_forward(t, r, eid, role) for role, eid in ids.items()}

@@ -318,7 +318,9 @@ def _check_all(
 
 
 def _settle_children(w: Watcher, kids: list[str], summary: SoakSummary, timeout: float) -> None:
-    """A crashed child's hold leaves the due index at the sweeper's next visit: wait for it."""
+    """A crashed child's hold leaves the due index at the sweeper's next visit, and a child swept
+    while its parent still waited leaves it at the first sweep after its parent took the notice
+    (``Target.settle_seconds``): wait for both."""
     if not kids:
         return
     try:
@@ -381,7 +383,7 @@ def run_soak(
         stop.set()
         driving.join(timeout=180)
         _finish_driving(driver, summary)
-        _settle_children(w, kids, summary, timeout=max(60.0, 4 * target.lease + 30))
+        _settle_children(w, kids, summary, timeout=target.settle_seconds)
         injector.settle()
         summary.incidents = list(injector.incidents) + summary.incidents
         if target.proxy is not None:

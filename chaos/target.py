@@ -270,6 +270,17 @@ class Target:
         return float(self.settings.get("LOOM_LEASE_SECONDS") or EngineConfig.lease_seconds)
 
     @cached_property
+    def settle_seconds(self) -> float:
+        """How long an ended child may stay in the due index once its parent has its notice.
+
+        A sweep that finds the parent still waiting sends the notice again and keeps the child
+        due for a backlog's patience (15 leases: sent is not taken); the first sweep after the
+        parent took it removes the child. Patience, two leases for the sweeps and a margin.
+        """
+        patience = EngineConfig.backlog_patience_leases * self.lease
+        return max(60.0, patience + 2 * self.lease + 30)
+
+    @cached_property
     def sweep_interval(self) -> float:
         """Seconds between the stack's own sweeper runs (the template's schedule is 1 minute)."""
         tick = getattr(getattr(self.stack, "options", None), "tick", None)

@@ -12,6 +12,8 @@ from chaos import SCENARIOS
 from chaos.runner import run_all
 from chaos.scenario import PASS, SKIP
 from chaos.target import CHAOS_WORKFLOWS, CRASH_HOOK, KILL, PURGE, REDEPLOY, TIME, Target
+from engine.config import EngineConfig
+from engine.sweeper import backlog_patience
 
 pytestmark = pytest.mark.chaos
 
@@ -137,3 +139,14 @@ def test_a_run_on_localstack_says_when_dynamodb_comes_from_the_embedded_emulator
     assert said.startswith("http://localhost:4566") and note in said and "dynamodb at http://127.0.0.1:5230" in said
     assert target.client("dynamodb").meta.endpoint_url == "http://127.0.0.1:5230"
     assert target.client("sqs").meta.endpoint_url == "http://localhost:4566"
+
+
+@pytest.mark.parametrize("lease", [6.0, 60.0])
+def test_an_ended_child_is_given_its_parent_s_patience_to_leave_the_due_index(lease: float) -> None:
+    """A sweep that finds the parent still waiting keeps the ended child due for a backlog's
+    patience (the 1,000-execution soak's children settled after the old 60 s): the observers'
+    bound covers that patience and two sweeps."""
+    target = Target("embedded", "us-east-1", None, "t", "q", "d", settings={"LOOM_LEASE_SECONDS": str(lease)})
+    patience = backlog_patience(EngineConfig(lease_seconds=lease), parked=False)
+    assert target.settle_seconds >= patience + 2 * lease
+    assert target.settle_seconds == max(60.0, patience + 2 * lease + 30)
