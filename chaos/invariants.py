@@ -93,10 +93,19 @@ def check_versions(trail: Sequence[Snapshot], final: Execution | None) -> list[s
         if b.current_step < a.current_step and b.status not in UNDOING_NAMES:
             # A saga's compensations walk back down the steps (engine/compensation.py).
             out.append(f"step went backwards: {a.current_step} -> {b.current_step} (v{a.version} -> v{b.version})")
-        # Leaving the due index is the one write a terminal execution may take (a child's hold).
+        # A terminal execution may take two writes, both a child's hold: leaving the due index,
+        # and its due time moved later, nothing else, when a sweep found its parent still waiting
+        # and sent its end notice again (DESIGN's failure table: a notice lost after it was sent).
         unindexed = b.status == a.status and a.next_wake_at is not None and b.next_wake_at is None
+        deferred = (
+            b.status == a.status
+            and b.current_step == a.current_step
+            and a.next_wake_at is not None
+            and b.next_wake_at is not None
+            and b.next_wake_at > a.next_wake_at
+        )
         ended = a.status in ("COMPLETED", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED")
-        if ended and b.version > a.version and not unindexed:
+        if ended and b.version > a.version and not (unindexed or deferred):
             out.append(f"a {a.status} execution changed again (v{a.version} -> v{b.version})")
     return out
 

@@ -167,3 +167,17 @@ def test_terminal_in_the_due_index_past_its_last_sweep_or_running_without_a_wake
     orphan = Execution(EID, "w", Status.RUNNING, 0, 1, {"x": 1}, {"x": 1}, 0.0, 1.0, next_wake_at=None)
     report = check_execution(orphan, [], {}, [], Expect(status="RUNNING"))
     assert any("nothing would ever drive it again" in v for v in report.violations)
+
+
+def ended(version: int, wake: float | None, step: int = 2, status: str = "COMPLETED") -> Snapshot:
+    return Snapshot(version, status, step, 1, 0, wake, 0.0)
+
+
+def test_an_ended_child_may_be_deferred_while_its_parent_waits_then_unindexed_and_nothing_else() -> None:
+    """The sweeper re-sends an ended child's notice and keeps it due a patience later (the soak's
+    v3 -> v4 on a COMPLETED child), then un-indexes it; any other change to an ended one is a violation."""
+    assert check_versions([ended(3, 100.0), ended(4, 190.0), ended(5, 280.0), ended(6, None)], None) == []
+    assert check_versions([ended(3, 100.0), ended(4, 190.0, step=3)], None) != [], "the step moved"
+    assert check_versions([ended(3, 100.0), ended(4, 50.0)], None) != [], "due earlier, not later"
+    assert check_versions([ended(3, None), ended(4, 190.0)], None) != [], "indexed again once out"
+    assert check_versions([ended(3, 100.0), ended(4, 190.0, status="RUNNING")], None) != []
