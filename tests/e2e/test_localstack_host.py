@@ -143,8 +143,10 @@ def test_check_non_lambda_deploys_the_rest_of_the_template_through_localstacks_c
     assert localstack_host.health(endpoint) is None, "the LocalStack the check started is stopped again"
 
 
-def test_a_second_install_only_checks(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_second_install_only_checks(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """What .ci/run's scripts/install-localstack runs once more on a machine that has it."""
     assert INSTALLED is not None
+    # The home this module found, whatever an earlier test in this process left in LOOM_STATE_DIR.
+    monkeypatch.setenv("LOOM_LOCALSTACK_HOME", str(HOME))
     assert main(["localstack", "install"]) == 0
     assert f"is installed in {INSTALLED.venv}" in capsys.readouterr().err
