@@ -1,6 +1,7 @@
 """.ci/run installs chromium and chromedriver (apt-get, non-interactive) when it runs as root and
-they are missing, then runs scripts/test's two tiers (default, then --slow): CI always runs the
-console's browser tests, and every test."""
+they are missing, sets up .venv, installs host-mode LocalStack beside the default tier, then runs
+the slow tier and the chaos table on LocalStack: CI always runs the console's browser tests, and
+every test."""
 
 from __future__ import annotations
 
@@ -15,15 +16,21 @@ from loom.template import ROOT
 
 pytestmark = pytest.mark.integration
 
-TOOLS = ("bash", "dirname", "env", "cat")
-# After the browser's install: LocalStack's, both tiers with the arguments passed on, the chaos
-# table on LocalStack.
+TOOLS = ("bash", "dirname", "env", "cat", "mkdir")
+# After the browser's install: the venv; LocalStack's install beside the default tier (either
+# may log first); the slow tier with the arguments passed on; the chaos table on LocalStack.
+BESIDE = {"scripts/install-localstack ", "scripts/test -k console"}
 AFTER_THE_BROWSER = [
-    "scripts/install-localstack ",
-    "scripts/test -k console",
+    "scripts/bootstrap ",
+    *sorted(BESIDE),
     "scripts/test --slow -k console",
     ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml",
 ]
+
+
+def in_order(calls: list[str]) -> list[str]:
+    """The calls with the two that run side by side in a fixed order."""
+    return [calls[0], *sorted(calls[1:3]), *calls[3:]] if len(calls) >= 3 else calls
 
 
 def sandbox(tmp_path: Path, *, uid: int, present: tuple[str, ...]) -> tuple[Path, Path]:
@@ -41,7 +48,7 @@ def sandbox(tmp_path: Path, *, uid: int, present: tuple[str, ...]) -> tuple[Path
     for name, body in stubs.items():
         (bin_dir / name).write_text("#!/bin/sh\n" + body)
         (bin_dir / name).chmod(0o755)
-    for script in ("scripts/test", "scripts/install-localstack", ".venv/bin/loom"):
+    for script in ("scripts/bootstrap", "scripts/test", "scripts/install-localstack", ".venv/bin/loom"):
         (repo / script).parent.mkdir(parents=True, exist_ok=True)
         (repo / script).write_text(f'#!/bin/sh\necho "{script} $*" >> {log}\n')
         (repo / script).chmod(0o755)
@@ -73,7 +80,7 @@ def test_as_root_without_a_browser_it_installs_chromium_then_runs_the_tests(tmp_
     assert install[:2] == ["apt-get", "install"] and "-y" in install and "-qq" in install
     assert {"chromium", "chromium-driver"} <= set(install)
     assert calls[1].endswith("DEBIAN_FRONTEND=noninteractive")
-    assert calls[2:] == AFTER_THE_BROWSER
+    assert in_order(calls[2:]) == AFTER_THE_BROWSER
 
 
 def test_a_missing_driver_alone_is_installed_too(tmp_path: Path) -> None:
@@ -87,23 +94,37 @@ def test_not_root_or_already_installed_installs_nothing(tmp_path: Path, uid: int
     repo, log = sandbox(tmp_path, uid=uid, present=present)
     done = run(repo, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert log.read_text().splitlines() == AFTER_THE_BROWSER
+    assert in_order(log.read_text().splitlines()) == AFTER_THE_BROWSER
 
 
 def test_a_failing_default_tier_fails_the_run_before_the_slow_tier(tmp_path: Path) -> None:
     repo, log = sandbox(tmp_path, uid=1000, present=())
     (repo / "scripts" / "test").write_text(f'#!/bin/sh\necho "scripts/test $*" >> {log}\nexit 3\n')
     done = run(repo, tmp_path)
-    assert done.returncode == 3 and log.read_text().splitlines() == AFTER_THE_BROWSER[:2]
+    assert done.returncode == 3 and in_order(log.read_text().splitlines()) == AFTER_THE_BROWSER[:3]
+
+
+def test_a_failing_localstack_install_fails_the_run_before_the_slow_tier_and_shows_why(tmp_path: Path) -> None:
+    repo, log = sandbox(tmp_path, uid=1000, present=())
+    install = repo / "scripts" / "install-localstack"
+    install.write_text(
+        f'#!/bin/sh\necho "scripts/install-localstack $*" >> {log}\necho "no Python 3.13 here" >&2\nexit 4\n'
+    )
+    done = run(repo, tmp_path)
+    assert done.returncode == 1 and in_order(log.read_text().splitlines()) == AFTER_THE_BROWSER[:3]
+    assert "no Python 3.13 here" in done.stderr and "installing host-mode LocalStack failed (exit 4" in done.stderr
 
 
 def test_the_real_script_is_executable_and_ends_in_both_tiers_and_the_localstack_table() -> None:
     script = ROOT / ".ci" / "run"
     assert os.access(script, os.X_OK)
     lines = [line for line in script.read_text().splitlines() if line and not line.startswith("#")]
-    assert lines[-4:] == [
-        "./scripts/install-localstack",
-        './scripts/test "$@"',
+    assert "./scripts/install-localstack > reports/install-localstack.log 2>&1 &" in lines
+    assert lines.index("./scripts/bootstrap") < lines.index(
+        "./scripts/install-localstack > reports/install-localstack.log 2>&1 &"
+    )
+    assert lines.index('./scripts/test "$@" || status=$?') < lines.index('./scripts/test --slow "$@"')
+    assert lines[-2:] == [
         './scripts/test --slow "$@"',
         ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml",
     ]
