@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
@@ -13,6 +12,7 @@ from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models.table import Table
 
 from loom.local.emulator import moto_speed
+from tests.unit.test_moto_speed_expressions import _table as pk_sk_table
 
 pytestmark = pytest.mark.unit
 
@@ -88,22 +88,16 @@ TRANSACTIONS: list[list[dict[str, Any]]] = [
 ]
 
 
-def _tables(db: Any) -> None:
-    db.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+def _tables() -> Any:
+    """The PK/SK table "t" the expression tests use, and a table "h" keyed by its hash alone."""
+    db = pk_sk_table()
     db.create_table(
         TableName="h",
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    return db
 
 
 def _whole(db: Any, name: str) -> list[Any]:
@@ -113,8 +107,7 @@ def _whole(db: Any, name: str) -> list[Any]:
 def outcomes() -> list[Any]:
     out: list[Any] = []
     with mock_aws():
-        db = boto3.client("dynamodb", region_name="us-east-1")
-        _tables(db)
+        db = _tables()
         for transaction in TRANSACTIONS:
             try:
                 answer = db.transact_write_items(TransactItems=transaction)
@@ -155,8 +148,7 @@ def test_a_table_with_a_stream_keeps_moto_s_whole_copy(monkeypatch: pytest.Monke
     monkeypatch.setattr(moto_speed._TablesKept, "deepcopy", counted)
     monkeypatch.setattr(dynamodb_models.DynamoDBBackend, "transact_write_items", moto_speed.transact_write_items)
     with mock_aws():
-        db = boto3.client("dynamodb", region_name="us-east-1")
-        _tables(db)
+        db = _tables()
         db.update_table(TableName="h", StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"})
         db.transact_write_items(TransactItems=[put("h", {"id": _s("s1")})])
         assert copied["n"] == 1
