@@ -34,6 +34,7 @@ from engine.clock import Clock, SystemClock
 from engine.config import EngineConfig
 from engine.runtime import Engine
 from engine.state import Execution, StepRecord
+from engine.sweeper import backlog_patience
 from engine.workflow import default_registry
 from functions.wiring import FileOffsetClock, load_workflows
 from loom import stackfile
@@ -277,7 +278,7 @@ class Target:
         due for a backlog's patience (15 leases: sent is not taken); the first sweep after the
         parent took it removes the child. Patience, two leases for the sweeps and a margin.
         """
-        patience = EngineConfig.backlog_patience_leases * self.lease
+        patience = backlog_patience(EngineConfig(lease_seconds=self.lease), parked=False)
         return max(60.0, patience + 2 * self.lease + 30)
 
     @cached_property

@@ -15,7 +15,7 @@ from engine.errors import (
 )
 from engine.lifecycle import cancel as cancel
 from engine.lifecycle import get as get
-from engine.lifecycle import item_record_of, parent_waits_on
+from engine.lifecycle import parent_of, still_waited_on
 from engine.lifecycle import start as start
 from engine.messages import StepMessage
 from engine.outbox import dispatch, execution_log
@@ -102,10 +102,10 @@ def _check_parent_waits(parts: Parts, kid: Execution) -> None:
     """A FAILED child may be revived only while its parent still waits on it (its end notice
     not yet taken). Once the parent has taken it, the parent's attempt failed: it retries with
     a fresh child or failed itself, and a revived child would run its work for nobody."""
-    parent_id = str(kid.parent.get("id", "")) if kid.parent else ""
-    parent = parts.store.get_execution(parent_id)
-    if parent is not None and parent_waits_on(parent, kid, item_record_of(parts, parent, kid)):
+    parent = parent_of(parts, kid)
+    if still_waited_on(parts, parent, kid):
         return
+    parent_id = str(kid.parent.get("id", "")) if kid.parent else ""
     state = "gone" if parent is None else f"{parent.status.value} at step {parent.current_step}"
     raise ParentDecides(
         f"execution {kid.id!r} is a child of {parent_id!r} ({state}), which no longer waits on it: "

@@ -241,13 +241,15 @@ def parent_waits_on(parent: Execution, kid: Execution, item: StepRecord | None) 
     return not final and last_attempt(item) < item_attempt
 
 
-def waiting_parent(parts: Parts, kid: Execution) -> Execution | None:
-    """``kid``'s parent while it still waits on ``kid`` (its end notice not taken yet), else None."""
+def parent_of(parts: Parts, kid: Execution) -> Execution | None:
+    """``kid``'s parent as the table holds it (None for a top-level execution, or a parent gone)."""
     parent_id = str(kid.parent.get("id", "")) if kid.parent else ""
-    parent = parts.store.get_execution(parent_id) if parent_id else None
-    if parent is not None and parent_waits_on(parent, kid, item_record_of(parts, parent, kid)):
-        return parent
-    return None
+    return parts.store.get_execution(parent_id) if parent_id else None
+
+
+def still_waited_on(parts: Parts, parent: Execution | None, kid: Execution) -> bool:
+    """``parent`` still waits on ``kid``: its end notice not taken yet (reads the item record)."""
+    return parent is not None and parent_waits_on(parent, kid, item_record_of(parts, parent, kid))
 
 
 def cancel_children(parts: Parts, ex: Execution) -> None:

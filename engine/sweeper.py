@@ -317,7 +317,7 @@ def sweep_one(
             # Sent is not taken: a notice lost or parked after it was sent would leave the
             # parent waiting with nothing indexed. While the parent still waits, the child
             # stays due, a backlog's patience on, and each sweep that finds it sends again.
-            if lifecycle.waiting_parent(parts, ex) is not None:
+            if lifecycle.still_waited_on(parts, lifecycle.parent_of(parts, ex), ex):
                 _index(parts, ex, now, now + backlog_patience(parts.config, parked=False))
                 return SweepAction.NOTIFIED, None
             if not retention.stamp(parts, ex):

@@ -144,15 +144,16 @@ def doc_shot(driver: Any, name: str, at: str | None = None) -> None:
     assert driver.save_screenshot(str(where / f"{name}.png"))
 
 
+# How many lines an element's text is drawn on (a wrapped text has a box per line), as a script.
+LINES_OF = (
+    "((e) => { const r = document.createRange(); r.selectNodeContents(e);"
+    " return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; })"
+)
+
+
 def single_line(driver: Any, element: Any) -> bool:
-    """True when the element's text is drawn on one line (a wrapped text has a box per line)."""
-    return bool(
-        driver.execute_script(
-            "const r = document.createRange(); r.selectNodeContents(arguments[0]);"
-            "return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size === 1;",
-            element,
-        )
-    )
+    """True when the element's text is drawn on one line."""
+    return bool(driver.execute_script(f"return {LINES_OF}(arguments[0]) === 1;", element))
 
 
 def fits(driver: Any) -> bool:
@@ -179,10 +180,8 @@ def wrapped_ages(driver: Any) -> list[str]:
     """The list's Age cells drawn on more than one line (one script, for the same reason)."""
     return list(
         driver.execute_script(
-            "return [...document.querySelectorAll('#executions tbody tr td.age')].filter((td) => {"
-            " const r = document.createRange(); r.selectNodeContents(td);"
-            " return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size > 1;"
-            "}).map((td) => td.innerText);"
+            "return [...document.querySelectorAll('#executions tbody tr td.age')]"
+            f".filter((td) => {LINES_OF}(td) > 1).map((td) => td.innerText);"
         )
     )
 
