@@ -54,7 +54,8 @@ def main() -> int:
         print(localstack_host.not_installed_message(home), file=sys.stderr)
         return 2
     results = {}
-    host = localstack_host.HostLocalStack(installation, home / "data", args.port, ["sqs"], home / "visibility.log")
+    data = localstack_host.data_dir(home, args.port)
+    host = localstack_host.HostLocalStack(installation, data, args.port, ["sqs"], home / "visibility.log")
     host.start()
     try:
         results[f"LocalStack {localstack_host.LOCALSTACK_VERSION} (host mode)"] = measure(

@@ -1,7 +1,7 @@
 """.ci/run installs chromium and chromedriver (apt-get, non-interactive) when it runs as root and
 they are missing, sets up .venv, installs host-mode LocalStack beside the default tier, then runs
-the slow tier and the chaos table on LocalStack: CI always runs the console's browser tests, and
-every test."""
+the slow tier with the chaos table on LocalStack beside it: CI always runs the console's browser
+tests, and every test."""
 
 from __future__ import annotations
 
@@ -17,20 +17,18 @@ from loom.template import ROOT
 pytestmark = pytest.mark.integration
 
 TOOLS = ("bash", "dirname", "env", "cat", "mkdir")
-# After the browser's install: the venv; LocalStack's install beside the default tier (either
-# may log first); the slow tier with the arguments passed on; the chaos table on LocalStack.
+# After the browser's install: the venv; LocalStack's install beside the default tier; the slow
+# tier (with the arguments passed on) beside the chaos table on LocalStack. Either of a pair may
+# log first.
 BESIDE = {"scripts/install-localstack ", "scripts/test -k console"}
-AFTER_THE_BROWSER = [
-    "scripts/bootstrap ",
-    *sorted(BESIDE),
-    "scripts/test --slow -k console",
-    ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml",
-]
+TABLE = ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml"
+BESIDE_THE_SLOW_TIER = {"scripts/test --slow -k console", TABLE}
+AFTER_THE_BROWSER = ["scripts/bootstrap ", *sorted(BESIDE), *sorted(BESIDE_THE_SLOW_TIER)]
 
 
 def in_order(calls: list[str]) -> list[str]:
-    """The calls with the two that run side by side in a fixed order."""
-    return [calls[0], *sorted(calls[1:3]), *calls[3:]] if len(calls) >= 3 else calls
+    """The calls with each pair that runs side by side in a fixed order."""
+    return [calls[0], *sorted(calls[1:3]), *sorted(calls[3:5]), *calls[5:]]
 
 
 def sandbox(tmp_path: Path, *, uid: int, present: tuple[str, ...]) -> tuple[Path, Path]:
@@ -115,16 +113,35 @@ def test_a_failing_localstack_install_fails_the_run_before_the_slow_tier_and_sho
     assert "no Python 3.13 here" in done.stderr and "installing host-mode LocalStack failed (exit 4" in done.stderr
 
 
-def test_the_real_script_is_executable_and_ends_in_both_tiers_and_the_localstack_table() -> None:
+@pytest.mark.parametrize(("failing", "code"), [("slow", 6), ("table", 7), ("both", 6)])
+def test_the_slow_tier_and_the_chaos_table_both_run_and_either_failing_fails_the_run(
+    tmp_path: Path, failing: str, code: int
+) -> None:
+    repo, log = sandbox(tmp_path, uid=1000, present=())
+    if failing in ("slow", "both"):
+        (repo / "scripts" / "test").write_text(
+            f'#!/bin/sh\necho "scripts/test $*" >> {log}\n[ "$1" = --slow ] && exit 6\nexit 0\n'
+        )
+    if failing in ("table", "both"):
+        (repo / ".venv" / "bin" / "loom").write_text(
+            f'#!/bin/sh\necho ".venv/bin/loom $*" >> {log}\necho "chaos: lost_timer: FAIL" \nexit 7\n'
+        )
+    done = run(repo, tmp_path)
+    assert done.returncode == code
+    assert in_order(log.read_text().splitlines()) == AFTER_THE_BROWSER
+    if failing != "slow":
+        assert "chaos: lost_timer: FAIL" in done.stdout
+        assert "the chaos table on host-mode LocalStack failed (exit 7" in done.stderr
+
+
+def test_the_real_script_is_executable_and_ends_in_the_slow_tier_beside_the_localstack_table() -> None:
     script = ROOT / ".ci" / "run"
     assert os.access(script, os.X_OK)
     lines = [line for line in script.read_text().splitlines() if line and not line.startswith("#")]
-    assert "./scripts/install-localstack > reports/install-localstack.log 2>&1 &" in lines
-    assert lines.index("./scripts/bootstrap") < lines.index(
-        "./scripts/install-localstack > reports/install-localstack.log 2>&1 &"
-    )
-    assert lines.index('./scripts/test "$@" || status=$?') < lines.index('./scripts/test --slow "$@"')
-    assert lines[-2:] == [
-        './scripts/test --slow "$@"',
-        ".venv/bin/loom chaos all --emulator localstack --junit reports/chaos-localstack.xml",
-    ]
+    install = "./scripts/install-localstack > reports/install-localstack.log 2>&1 &"
+    table = f"{TABLE} > reports/chaos-localstack.log 2>&1 &"
+    assert lines.index("./scripts/bootstrap") < lines.index(install)
+    assert lines.index(install) < lines.index('./scripts/test "$@" || status=$?')
+    assert lines.index('./scripts/test "$@" || status=$?') < lines.index(table)
+    assert lines.index(table) < lines.index('./scripts/test --slow "$@" || slow=$?')
+    assert lines.index('./scripts/test --slow "$@" || slow=$?') < lines.index('wait "$chaos_table" || table=$?')

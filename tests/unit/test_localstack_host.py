@@ -67,6 +67,29 @@ def test_host_mode_keeps_to_its_data_dir_and_port(tmp_path: Path) -> None:
     assert env["SERVICES"] == "kms,sqs"
 
 
+def test_each_port_keeps_to_a_data_dir_of_its_own_and_another_ports_is_removed_at_stop(tmp_path: Path) -> None:
+    home = tmp_path / "ls"
+    installation = localstack_host.Installation(
+        venv=home / "venv", python=home / "venv" / "bin" / "python", version="4.14.0", requirements=()
+    )
+    default = localstack_host.data_dir(home, localstack_host.DEFAULT_PORT)
+    assert default == home / "data"
+    other, third = localstack_host.data_dir(home, 4599), localstack_host.data_dir(home, 4600)
+    assert len({default, other, third}) == 3
+    assert localstack_host.host_environment(other, 4599, ["sqs"])["FILESYSTEM_ROOT"] != (
+        localstack_host.host_environment(default, 4566, ["sqs"])["FILESYSTEM_ROOT"]
+    )
+    for where in (default, other):
+        (where / "filesystem").mkdir(parents=True)
+    localstack_host.HostLocalStack(installation, other, 4599, ["sqs"], tmp_path / "o.log").stop()
+    localstack_host.HostLocalStack(installation, default, 4566, ["sqs"], tmp_path / "d.log").stop()
+    assert not other.exists() and (default / "filesystem").is_dir()
+    # A directory given by hand is never a scratch one, whatever the port.
+    (tmp_path / "mine").mkdir()
+    localstack_host.HostLocalStack(installation, tmp_path / "mine", 4599, ["sqs"], tmp_path / "m.log").stop()
+    assert (tmp_path / "mine").is_dir()
+
+
 def _closed_port() -> int:
     """A loopback port nothing listens on: bound, then let go."""
     with socket.socket() as sock:

@@ -359,10 +359,10 @@ class LocalStackEmulator:
                 f"no LocalStack answers at {self.endpoint_url} and {no_docker}, so it would run in host mode, but "
                 + localstack_host.not_installed_message(self.home)
             )
-        port = where.port or 4566
-        host = localstack_host.HostLocalStack(
-            installation, self.home / "data", port, self.services or DEFAULT_HOST_SERVICES, self.log_path
-        )
+        port = where.port or localstack_host.DEFAULT_PORT
+        data = localstack_host.data_dir(self.home, port)
+        services = self.services or DEFAULT_HOST_SERVICES
+        host = localstack_host.HostLocalStack(installation, data, port, services, self.log_path)
         try:
             self.host = host.start(timeout)
         except localstack_host.HostModeError as exc:

@@ -6,7 +6,7 @@ process (``python -m localstack.runtime.main`` from PyPI's ``localstack-core``),
 
     home = localstack_home()                  # $LOOM_LOCALSTACK_HOME, else <state dir>/localstack
     install(home, find_python())              # venv + pip install REQUIREMENTS (explicit opt-in)
-    proc = HostLocalStack(installed(home), data_dir, 4566, services, log_path).start()
+    proc = HostLocalStack(installed(home), data_dir(home, 4566), 4566, services, log_path).start()
     proc.stop()
 
 Facts this rests on (measured on LocalStack 4.14.0): it needs Python 3.13 whatever its metadata
@@ -61,6 +61,20 @@ def localstack_home() -> Path:
 
 def venv_dir(home: Path) -> Path:
     return home / f"venv-{LOCALSTACK_VERSION}"
+
+
+DEFAULT_PORT = 4566
+
+
+def data_dir(home: Path, port: int) -> Path:
+    """A host-mode LocalStack's files: one directory per port.
+
+    Two LocalStacks on one filesystem root write the same cache and tmp files (its self-signed
+    certificate among them), so a second one on another port (a test's, the chaos table's beside
+    ``loom up``) keeps to a directory of its own, which ``HostLocalStack.stop`` removes: with
+    PERSISTENCE=0 nothing in it outlives the process. The default port keeps ``data/``.
+    """
+    return home / "data" if port == DEFAULT_PORT else home / f"data-{port}"
 
 
 @dataclass(frozen=True)
@@ -221,6 +235,8 @@ class HostLocalStack:
         self.services = sorted(set(services))
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        # Another port's directory is this process's alone (see data_dir): removed when it stops.
+        self.scratch = port != DEFAULT_PORT and data_dir.name == f"data-{port}"
 
     @property
     def endpoint_url(self) -> str:
@@ -267,8 +283,13 @@ class HostLocalStack:
 
     def stop(self, timeout: float = 20.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
+        if proc is not None and proc.poll() is None:
+            self._end(proc, timeout)
+        if self.scratch:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    @staticmethod
+    def _end(proc: subprocess.Popen[bytes], timeout: float) -> None:
         # Its own session: the group is LocalStack and what it started (DynamoDB Local's java), nothing else.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
