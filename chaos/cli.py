@@ -55,7 +55,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--seed", type=int, default=1, help="the soak's fault plan seed; also seeds --sqs-standard-chaos"
     )
-    parser.add_argument("--workers", type=int, default=3, help="soak: worker processes of the kit's stack")
+    # Five: a soak's workers mostly wait on the emulator, which is its bottleneck; five kept it
+    # busier than three and took a quarter off a 300-execution soak (docs/notes/2026-12-07-soak-time.md).
+    parser.add_argument("--workers", type=int, default=5, help="soak: worker processes of the kit's stack")
     parser.add_argument(
         "--settle-timeout",
         type=float,

@@ -30,10 +30,12 @@ class Watcher:
     """
 
     # A pass over many executions waits this many times its own length before the next one, so
-    # the observer never takes more than a fifth of the emulator from the system it observes (a
-    # thousand executions cost ten batch reads a pass, each up to a second on a busy emulator).
+    # the observer takes at most a tenth of the emulator from the system it observes (a thousand
+    # executions cost ten batch reads a pass, each up to a second on a busy emulator). At a fifth,
+    # the soak's watcher was the emulator's costliest caller after the worker and the sweeper
+    # (17 % of its request CPU in a 300-execution soak, docs/notes/2026-12-07-soak-time.md).
     # A scenario's handful of executions (one batch) keeps the plain interval and its resolution.
-    SHARE = 4.0
+    SHARE = 9.0
     BATCH = 100
 
     def __init__(self, target: Source, interval: float = 0.15) -> None:

@@ -87,9 +87,14 @@ class Engine:
 
     # sweeper
     def sweep(
-        self, now: float | None = None, *, first_shard: int | None = None, remaining: Remaining | None = None
+        self,
+        now: float | None = None,
+        *,
+        first_shard: int | None = None,
+        remaining: Remaining | None = None,
+        shard_offset: int = 0,
     ) -> SweepReport:
-        return sweeper.sweep(self, now, first_shard=first_shard, remaining=remaining)
+        return sweeper.sweep(self, now, first_shard=first_shard, remaining=remaining, shard_offset=shard_offset)
 
     # schedules (engine/schedules.py): fired by the sweep
     def next_fires(self) -> dict[str, float | None]:

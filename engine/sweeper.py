@@ -93,6 +93,7 @@ def sweep(
     *,
     first_shard: int | None = None,
     remaining: Callable[[], float] | None = None,
+    shard_offset: int = 0,
 ) -> SweepReport:
     """Re-drive due executions, at most ``sweep_limit`` per call, shared fairly between shards.
 
@@ -101,6 +102,12 @@ def sweep(
     tick starts where the previous one's first round ended, without the engine keeping state.
     Every shard with due work gets a share of each call's budget, and each shard is
     read oldest first, so one busy shard cannot keep another's oldest item waiting.
+
+    ``shard_offset`` (the sweeper handler's: from the invocation's id) moves that start on:
+    sweeps that overlap (ticks faster than a sweep, a storm of ticks, a retried event) would
+    otherwise start together at the same shard and judge the same executions in the same
+    order, each read twice and each write raced. Started apart, each sweep's later pages no
+    longer hold what the other already postponed or re-drove.
 
     ``remaining`` (the invocation's time left, in seconds) stops the sweep while
     ``sweep_reserve_seconds`` are left, so that what it claimed is sent before the
@@ -112,7 +119,7 @@ def sweep(
     cfg = parts.config
     tally = _Tally()
     budget = cfg.sweep_limit
-    start = first_shard_at(now, cfg) if first_shard is None else first_shard % cfg.shards
+    start = (first_shard_at(now, cfg) + shard_offset if first_shard is None else first_shard) % cfg.shards
     active = [(start + i) % cfg.shards for i in range(cfg.shards)]
     cursors: dict[int, str | None] = {}
     # Messages from every shard share SendMessageBatch calls (ten a call, SQS's maximum).

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Registry, Status, sleep
+from engine import Registry, Status, sleep, sweeper
 from engine.config import EngineConfig, shard_of
 from engine.state import Execution
+from functions import sweeper as sweeper_handler
 from tests.integration.engine_support import add_workflow, build_rig
 
 pytestmark = pytest.mark.integration
@@ -228,3 +229,37 @@ def test_a_sweep_stops_with_its_reserve_left_and_sends_what_it_claimed(rig):
     assert report.due - report.woken >= 1, "the rest stay due for the next sweep"
     rest = rig.engine.sweep()
     assert rest.woken == 6 - report.woken and not rest.truncated
+
+
+def test_overlapping_sweeps_started_apart_split_the_shards_instead_of_racing(aws, make_engine, clock, reg):
+    """Two sweeps in one period (ticks faster than a sweep, a storm): with the same start they
+    judged the same executions in the same order, every read twice and every write raced; with
+    the invocation's offset they start apart, and the second's pages no longer hold what the
+    first already woke."""
+    cfg = EngineConfig(shards=4, sweep_limit=2, sweep_page=10)
+    rig = build_rig(aws, make_engine, clock, reg, config=cfg)
+    clock.set(cfg.sweep_period_seconds * 1_000_000)
+    due = {shard: ids_in_shard(shard, cfg.shards, 3, f"ov{shard}-") for shard in range(cfg.shards)}
+    for ids in due.values():
+        seed_due(rig, ids, wake_at=clock.now() - 1)
+
+    def served_by(offset: int) -> set[int]:
+        before = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
+        rig.engine.sweep(shard_offset=offset)
+        return {s for s, ids in due.items() if sum(rig.status(i) == "SLEEPING" for i in ids) < before[s]}
+
+    start = sweeper.first_shard_at(clock.now(), cfg)
+    first, second = served_by(0), served_by(2)  # same instant, offsets two shards apart
+    assert first == {start, (start + 1) % 4} and second == {(start + 2) % 4, (start + 3) % 4}
+    assert first.isdisjoint(second)
+
+
+def test_the_sweeper_handler_starts_each_invocation_at_its_own_shard_offset() -> None:
+    class Context:
+        def __init__(self, request_id: str) -> None:
+            self.aws_request_id = request_id
+
+    offsets = {sweeper_handler.shard_offset(Context(f"req-{i}")) % 4 for i in range(16)}
+    assert len(offsets) > 1, "every invocation would start at the same shard"
+    assert sweeper_handler.shard_offset(Context("req-1")) == sweeper_handler.shard_offset(Context("req-1"))
+    assert sweeper_handler.shard_offset(None) == 0  # no context (a test, a script): the clock's start
