@@ -66,6 +66,10 @@ AFTER_JUMP_SECONDS = 5.0
 # Looks after a jump, AFTER_JUMP_SECONDS apart: on a loaded machine the sweep that stamps the
 # execution item can take longer than one interval, and a missed item would wait a whole period.
 FOLLOW_UPS = 6
+# A sweep's nudge counts this long after a jump was seen. Outside it the period's look is soon
+# enough (DynamoDB itself takes up to days): a soak's sweeps stamp every few seconds, and a look
+# after each was a whole-table scan, 9 % of the emulator in a 300-execution soak.
+NUDGE_WINDOW = 2 * FOLLOW_UPS * AFTER_JUMP_SECONDS
 
 
 @dataclass
@@ -82,6 +86,7 @@ class Reaper:
     _last: tuple[float, float] | None = field(default=None, repr=False)  # (wall time, clock offset)
     _again_at: float | None = field(default=None, repr=False)
     _follow_ups: int = field(default=0, repr=False)
+    _jumped_at: float | None = field(default=None, repr=False)  # wall time the last jump was seen
 
     def due(self, wall: float, offset: float) -> bool:
         """Whether to reap now (pure, on the monotonic ``wall`` and the clock's ``offset``)."""
@@ -91,10 +96,15 @@ class Reaper:
         return jumped or (self._again_at is not None and wall >= self._again_at)
 
     def nudge(self) -> None:
-        """A sweep has just stamped ended executions' items: look at the next poll. After a clock
-        jump the sweep the jump fired stamps while the first look may already have run, and the
-        follow-ups are seconds apart: this look follows the stamps themselves."""
-        self._again_at = time.monotonic()
+        """A sweep has just stamped ended executions' items: look at the next poll, if a clock jump
+        was seen within ``NUDGE_WINDOW``. After a jump the sweep the jump fired stamps while the
+        first look may already have run, and the follow-ups are seconds apart: this look follows
+        the stamps themselves. Without a jump, what a sweep stamps expires days on, and the
+        period's look is soon enough."""
+        wall = time.monotonic()
+        if self._jumped_at is None or wall - self._jumped_at > NUDGE_WINDOW:
+            return
+        self._again_at = wall
         self._follow_ups = max(self._follow_ups, 1)
 
     def maybe_reap(self) -> int:
@@ -105,6 +115,7 @@ class Reaper:
         jumped = self._last is not None and abs(offset - self._last[1]) >= 1.0
         if jumped:
             self._follow_ups = FOLLOW_UPS
+            self._jumped_at = wall
         elif self._again_at is not None and wall >= self._again_at:
             self._follow_ups -= 1
         self._again_at = wall + AFTER_JUMP_SECONDS if self._follow_ups > 0 else None
