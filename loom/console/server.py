@@ -141,6 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
     console: ConsoleServer  # set per server by _handler_class
     server_version = "loom-console"
     sys_version = ""
+    disable_nagle_algorithm = True  # the head and the body are two sends (see loom.local.lambdas.http)
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # one structured line per request instead (no token: the query is not logged)
