@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine import Registry, Status, sleep, sweeper
@@ -193,23 +195,35 @@ def test_a_busy_shard_does_not_starve_the_others(aws, make_engine, clock, reg):
     assert woken_at_tick is not None and woken_at_tick <= 2, f"the shard-3 sleeper woke at tick {woken_at_tick}"
 
 
+ROTATION = EngineConfig(shards=4, sweep_limit=2, sweep_page=10)  # a budget of half the shards
+
+
+def _sleepers_in_every_shard(aws, make_engine, clock, reg, prefix: str) -> tuple[Any, dict[int, list[str]]]:
+    """Three due sleepers in each shard, at an instant of the period whose start is known."""
+    rig = build_rig(aws, make_engine, clock, reg, config=ROTATION)
+    clock.set(ROTATION.sweep_period_seconds * 1_000_000)
+    due = {shard: ids_in_shard(shard, ROTATION.shards, 3, f"{prefix}{shard}-") for shard in range(ROTATION.shards)}
+    for ids in due.values():
+        seed_due(rig, ids, wake_at=clock.now() - 1)
+    return rig, due
+
+
+def _served(rig: Any, due: dict[int, list[str]], **sweep: Any) -> set[int]:
+    """The shards one sweep woke sleepers in."""
+    before = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
+    rig.engine.sweep(**sweep)
+    return {s for s, ids in due.items() if sum(rig.status(i) == "SLEEPING" for i in ids) < before[s]}
+
+
 def test_consecutive_sweeps_start_at_consecutive_shards(aws, make_engine, clock, reg):
     """With a budget smaller than the shards, the rotating start still reaches every shard
     within two ticks: each tick serves two shards, starting one further on."""
-    cfg = EngineConfig(shards=4, sweep_limit=2, sweep_page=10)
-    rig = build_rig(aws, make_engine, clock, reg, config=cfg)
-    clock.set(cfg.sweep_period_seconds * 1_000_000)
-    due = {shard: ids_in_shard(shard, cfg.shards, 3, f"rot{shard}-") for shard in range(cfg.shards)}
-    for ids in due.values():
-        seed_due(rig, ids, wake_at=clock.now() - 1)
+    rig, due = _sleepers_in_every_shard(aws, make_engine, clock, reg, "rot")
     served: list[set[int]] = []
     for _ in range(2):
-        before = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
-        rig.engine.sweep()
-        after = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
-        served.append({s for s in due if after[s] < before[s]})
-        clock.advance(cfg.sweep_period_seconds)
-    assert served[0] | served[1] == set(range(cfg.shards)), served
+        served.append(_served(rig, due))
+        clock.advance(ROTATION.sweep_period_seconds)
+    assert served[0] | served[1] == set(range(ROTATION.shards)), served
 
 
 def test_a_sweep_stops_with_its_reserve_left_and_sends_what_it_claimed(rig):
@@ -236,20 +250,10 @@ def test_overlapping_sweeps_started_apart_split_the_shards_instead_of_racing(aws
     judged the same executions in the same order, every read twice and every write raced; with
     the invocation's offset they start apart, and the second's pages no longer hold what the
     first already woke."""
-    cfg = EngineConfig(shards=4, sweep_limit=2, sweep_page=10)
-    rig = build_rig(aws, make_engine, clock, reg, config=cfg)
-    clock.set(cfg.sweep_period_seconds * 1_000_000)
-    due = {shard: ids_in_shard(shard, cfg.shards, 3, f"ov{shard}-") for shard in range(cfg.shards)}
-    for ids in due.values():
-        seed_due(rig, ids, wake_at=clock.now() - 1)
-
-    def served_by(offset: int) -> set[int]:
-        before = {s: sum(rig.status(i) == "SLEEPING" for i in ids) for s, ids in due.items()}
-        rig.engine.sweep(shard_offset=offset)
-        return {s for s, ids in due.items() if sum(rig.status(i) == "SLEEPING" for i in ids) < before[s]}
-
-    start = sweeper.first_shard_at(clock.now(), cfg)
-    first, second = served_by(0), served_by(2)  # same instant, offsets two shards apart
+    rig, due = _sleepers_in_every_shard(aws, make_engine, clock, reg, "ov")
+    start = sweeper.first_shard_at(clock.now(), ROTATION)
+    # The same instant, offsets two shards apart.
+    first, second = _served(rig, due, shard_offset=0), _served(rig, due, shard_offset=2)
     assert first == {start, (start + 1) % 4} and second == {(start + 2) % 4, (start + 3) % 4}
     assert first.isdisjoint(second)
 
