@@ -300,7 +300,7 @@ class _Checked:
 
 def _check_one(target: Target, w: Watcher, eid: str, e: PlannedExecution, driver: Driver) -> _Checked:
     ex = target.get(eid)
-    violations, report, entries = check_planned(target, w, eid, e, driver.answers.get(eid))
+    violations, report, entries = check_planned(target, w, eid, ex, e, driver.answers.get(eid))
     recovery = None
     if e.knobs:
         recovery = max((b.seen_at - a.seen_at for a, b in itertools.pairwise(w.trail(eid))), default=0.0)

@@ -155,11 +155,11 @@ KIND_CHECKS: dict[Kind, Check] = {
 
 
 def check_planned(
-    t: Target, w: Watcher, eid: str, p: Any, got: Answers | None
+    t: Target, w: Watcher, eid: str, ex: Execution | None, p: Any, got: Answers | None
 ) -> tuple[list[str], Report, dict[str, dict[str, Any]]]:
-    """Every invariant one planned execution owes, by its kind; the report carries its costs."""
+    """Every invariant one planned execution owes, by its kind, on ``ex`` (its item as read at
+    the end, None if missing); the report carries its costs."""
     kind = Kind(p.kind)
-    ex = t.get(eid)
     history, entries = t.history(eid), t.entries(eid)
     # A parent's child steps commit the child's output, whose effect keys are the child's own.
     expect = Expect(status=p.expect, effectful=kind is not Kind.CHILD)

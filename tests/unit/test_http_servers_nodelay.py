@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from http.server import ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,31 +24,29 @@ from loom.local.emulator.sigv4 import new_principal
 from loom.local.lambdas.http import FunctionUrlServer, UrlAuth
 
 
-def _function_url() -> tuple[Any, Any]:
+# Each builds a server without starting it and gives its http.server: the handler class is there.
+def _function_url() -> ThreadingHTTPServer:
     server = FunctionUrlServer(SimpleNamespace(function="F"), UrlAuth.iam("us-east-1", new_principal()))  # type: ignore[arg-type]
-    return server, server._server.RequestHandlerClass
+    return server._server
 
 
-def _console() -> tuple[Any, Any]:
+def _console() -> ThreadingHTTPServer:
     plane = ControlPlane(Target("http://127.0.0.1:9", signed=False, region="us-east-1"), timeout=1)
-    server = ConsoleServer(Proxy(plane), None, port=0, mode="deployed")
-    return server, server._httpd.RequestHandlerClass
+    return ConsoleServer(Proxy(plane), None, port=0, mode="deployed")._httpd
 
 
-def _throttle() -> tuple[Any, Any]:
-    proxy = ThrottleProxy("http://127.0.0.1:9")
-    return proxy, proxy._server.RequestHandlerClass
+def _throttle() -> ThreadingHTTPServer:
+    return ThrottleProxy("http://127.0.0.1:9")._server
 
 
 @pytest.fixture(params=[_function_url, _console, _throttle], ids=["function-url", "console", "chaos-proxy"])
 def handler(request: pytest.FixtureRequest) -> Iterator[Any]:
-    make: Callable[[], tuple[Any, Any]] = request.param
-    server, handler_class = make()
+    make: Callable[[], ThreadingHTTPServer] = request.param
+    httpd = make()
     try:
-        yield handler_class
+        yield httpd.RequestHandlerClass
     finally:
-        inner = getattr(server, "_server", None) or getattr(server, "_httpd", None)
-        inner.server_close()
+        httpd.server_close()
 
 
 def test_every_kit_server_turns_nagle_off_on_its_connections(handler: Any) -> None:
