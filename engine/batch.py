@@ -11,7 +11,7 @@ from typing import Any
 from engine.error_report import error_info
 from engine.errors import MalformedMessage
 from engine.log import get_logger
-from engine.messages import StepMessage
+from engine.messages import DELAY_ATTRIBUTE, StepMessage
 from engine.outcome import OutcomeStatus
 from engine.ports import Queue
 from engine.runtime import Engine, Remaining
@@ -140,7 +140,9 @@ def process_batch(
                     held.append((message_id, requeued(message, redelivered=redelivered)))
                     continue
                 with pace.timing():
-                    outcome = engine.handle(message, redelivered=redelivered, remaining=remaining)
+                    outcome = engine.handle(
+                        message, redelivered=redelivered, remaining=remaining, queue_wait=queue_wait(record)
+                    )
                 if outcome.status is OutcomeStatus.NO_TIME and i > 0:
                     held.append((message_id, requeued(message, redelivered=redelivered)))
                 elif outcome.status is OutcomeStatus.NO_TIME:
@@ -153,6 +155,24 @@ def process_batch(
                 heartbeat.done(message_id)
     failures += hand_over(engine, held)
     return {"batchItemFailures": failures}
+
+
+def queue_wait(record: Mapping[str, Any]) -> float:
+    """Seconds the record's message waited in the queue before its first receive, less the
+    delay it was sent with (``DELAY_ATTRIBUTE``): SQS's own two timestamps, both in the
+    Lambda event. 0 when either is missing or the clocks disagree; a redelivery counts its
+    first receive, so the visibility timeouts since are not counted as queueing.
+    """
+    attributes = record.get("attributes") or {}
+    try:
+        sent = int(attributes["SentTimestamp"])
+        first = int(attributes["ApproximateFirstReceiveTimestamp"])
+        held = (record.get("messageAttributes") or {}).get(DELAY_ATTRIBUTE) or {}
+        delay = float(held.get("stringValue") or 0)
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    waited = (first - sent) / 1000.0 - delay
+    return waited if 0.0 < waited < float("inf") else 0.0
 
 
 class _Pace:

@@ -53,6 +53,12 @@ class EngineConfig:
     # execution's message there after maxReceiveCount deliveries, where no backlog delivers
     # it, and the sweeper cannot tell which executions' messages those are.
     parked_patience_leases: float = 2.0
+    # How long the message being handled waited in the step queue, in seconds: not a setting.
+    # The worker sets it per message (engine/batch.py::queue_wait, from SQS's own timestamps);
+    # the message a step sends next will likely wait as long, so its lease starts that much
+    # later (transitions.lease). Under a backlog the lease then outlasts the wait: no start
+    # mark for a late message and no sweeper postponement. 0 everywhere else.
+    queue_wait: float = 0.0
     # A sweep stops with this much of its invocation left, so that it sends what it claimed.
     sweep_reserve_seconds: float = 10.0
     # A schedule's fire time found by a sweep at most this late is on time (a tick's period and
@@ -81,6 +87,8 @@ class EngineConfig:
             raise InvalidInput("lease_seconds must be positive")
         if self.adopt_quiet_seconds < 0:
             raise InvalidInput("adopt_quiet_seconds must not be negative")
+        if not 0 <= self.queue_wait < float("inf"):
+            raise InvalidInput("queue_wait must be a finite number of seconds, not negative")
         if self.sweep_limit < 1 or self.sweep_page < 1:
             raise InvalidInput("sweep_limit and sweep_page must be at least 1")
         if self.sweep_period_seconds <= 0:

@@ -34,6 +34,10 @@ class MessageKind(StrEnum):
 
 KINDS: tuple[str, ...] = tuple(k.value for k in MessageKind)
 
+# The SQS message attribute a delayed message carries its DelaySeconds in: the time a message
+# was held back on purpose is not time it waited behind a backlog (engine/batch.py::queue_wait).
+DELAY_ATTRIBUTE = "loom_delay"
+
 
 @dataclass(frozen=True)
 class StepMessage:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine import callbacks, control, handles, runner, schedules, signals, sweeper
@@ -79,8 +79,19 @@ class Engine:
         return signals.send(self, execution_id, name, payload)
 
     # worker
-    def handle(self, message: StepMessage, *, redelivered: bool = False, remaining: Remaining | None = None) -> Outcome:
-        return runner.handle(self, message, redelivered=redelivered, remaining=remaining)
+    def handle(
+        self,
+        message: StepMessage,
+        *,
+        redelivered: bool = False,
+        remaining: Remaining | None = None,
+        queue_wait: float = 0.0,
+    ) -> Outcome:
+        """``queue_wait``: how long the message waited in the queue (``EngineConfig.queue_wait``)."""
+        parts = self
+        if queue_wait > 0:
+            parts = replace(self, config=replace(self.config, queue_wait=queue_wait))
+        return runner.handle(parts, message, redelivered=redelivered, remaining=remaining)
 
     def dead_letter_raw(self, body: str, reason: LoomError, message_id: str | None = None) -> None:
         runner.dead_letter_raw(self, body, reason, message_id)

@@ -36,17 +36,34 @@ def lease(ex: Execution | None, now: float, cfg: EngineConfig, base: float | Non
     (``verdicts.run_is_covered``) even after its message waited up to half a lease in the
     queue: renewing here moves only the due index, where a start mark later would cost a
     write to the table as well.
+
+    Both figures move on by ``queue_ahead``: the message this state sends will likely wait
+    in the queue as long as the one being handled did. Without it, behind a backlog longer
+    than a lease every message arrived uncovered (a start mark each) and the sweeper found
+    every lease lapsed first (a read and a postponement each, several per step).
     """
+    ahead = queue_ahead(cfg)
     start = now if base is None else max(now, base)
     if (
         ex is not None
         and base is None
         and ex.status is Status.RUNNING
         and ex.next_wake_at is not None
-        and ex.next_wake_at - now >= 1.5 * cfg.lease_seconds + cfg.early_tolerance
+        and ex.next_wake_at - now >= 1.5 * cfg.lease_seconds + cfg.early_tolerance + ahead
     ):
         return ex.next_wake_at
-    return start + 2 * cfg.lease_seconds
+    return start + 2 * cfg.lease_seconds + ahead
+
+
+def queue_ahead(cfg: EngineConfig) -> float:
+    """How much later a lease ends for the queue's observed wait (``cfg.queue_wait``).
+
+    Never so much that the lease outlasts the sweeper's patience with a backlog
+    (``backlog_patience_leases`` from now): a message lost after a long wait is re-driven
+    at most that late, as it would be behind a backlog anyway.
+    """
+    most = max(0.0, (cfg.backlog_patience_leases - 2) * cfg.lease_seconds)
+    return min(cfg.queue_wait, most)
 
 
 def merge_context(context: dict[str, Any], result: dict[str, Any] | None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 from engine.adapters.aws_errors import mapped
 from engine.errors import TransientError
 from engine.limits import SQS_MESSAGE_LIMIT, check_message
-from engine.messages import StepMessage
+from engine.messages import DELAY_ATTRIBUTE, StepMessage
 from engine.parked import encode_record
 
 
@@ -22,10 +22,12 @@ class SqsQueue:
         self.dlq_url = dlq_url
 
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
+        delay = max(0, min(900, delay_seconds))
+        extra: dict[str, Any] = {}
+        if delay:
+            extra["MessageAttributes"] = {DELAY_ATTRIBUTE: {"DataType": "Number", "StringValue": str(delay)}}
         with mapped(f"queue {self.queue_url}"):
-            self._sqs.send_message(
-                QueueUrl=self.queue_url, MessageBody=message.encode(), DelaySeconds=max(0, min(900, delay_seconds))
-            )
+            self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=message.encode(), DelaySeconds=delay, **extra)
 
     def send_many(self, messages: Sequence[StepMessage]) -> None:
         for start in range(0, len(messages), 10):  # SendMessageBatch takes ten at most

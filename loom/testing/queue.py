@@ -18,6 +18,9 @@ class Queued:
     visible_at: float
     receive_count: int = 0
     sent_at: float = 0.0
+    delay_seconds: int = 0
+    # SQS's ApproximateFirstReceiveTimestamp: the engine reads the queue's wait from it.
+    first_received_at: float | None = None
 
 
 @dataclass
@@ -34,7 +37,9 @@ class VirtualQueue:
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
         self.sent.append((message, delay_seconds))
         now = self.clock.now()
-        self.messages.append(Queued(f"m-{next(self._ids)}", message.encode(), now + delay_seconds, sent_at=now))
+        queued = Queued(f"m-{next(self._ids)}", message.encode(), now + delay_seconds, sent_at=now)
+        queued.delay_seconds = delay_seconds
+        self.messages.append(queued)
 
     def send_many(self, messages: Sequence[StepMessage]) -> None:
         for message in messages:
@@ -71,6 +76,8 @@ class VirtualQueue:
             return None
         chosen = min(visible, key=lambda q: (q.visible_at, q.sent_at))
         chosen.receive_count += 1
+        if chosen.first_received_at is None:
+            chosen.first_received_at = now
         chosen.visible_at = now + self.visibility_timeout
         return chosen
 
@@ -80,6 +87,7 @@ class VirtualQueue:
     def copy_of(self, queued: Queued) -> Queued:
         """A duplicate delivery: the same body under another id, visible now."""
         twin = Queued(f"m-{next(self._ids)}", queued.body, self.clock.now(), sent_at=queued.sent_at)
+        twin.delay_seconds = queued.delay_seconds
         self.messages.append(twin)
         return twin
 

@@ -14,6 +14,7 @@ from engine.callbacks import Completion
 from engine.clock import FakeClock
 from engine.compensation import SUFFIX, is_compensation
 from engine.config import EngineConfig
+from engine.messages import DELAY_ATTRIBUTE
 from engine.ports import FaultPoint, Store
 from engine.runtime import Engine, SweepReport
 from engine.signals import Sent
@@ -357,12 +358,20 @@ class WorkflowTest:
 
 
 def _record(queued: Queued) -> dict[str, Any]:
+    """The record Lambda's event source would hand the worker, SQS's timestamps included."""
+    first = queued.sent_at if queued.first_received_at is None else queued.first_received_at
+    attributes = {
+        "ApproximateReceiveCount": str(queued.receive_count),
+        "SentTimestamp": str(int(queued.sent_at * 1000)),
+        "ApproximateFirstReceiveTimestamp": str(int(first * 1000)),
+    }
+    held = {"stringValue": str(queued.delay_seconds), "dataType": "Number"}
     return {
         "messageId": queued.message_id,
         "receiptHandle": queued.message_id,
         "body": queued.body,
-        "attributes": {"ApproximateReceiveCount": str(queued.receive_count)},
-        "messageAttributes": {},
+        "attributes": attributes,
+        "messageAttributes": {DELAY_ATTRIBUTE: held} if queued.delay_seconds else {},
         "eventSource": "aws:sqs",
     }
 

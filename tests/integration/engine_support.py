@@ -20,7 +20,7 @@ from engine.batch import process_batch
 from engine.clock import FakeClock
 from engine.config import EngineConfig
 from engine.errors import TransientError
-from engine.messages import StepMessage
+from engine.messages import DELAY_ATTRIBUTE, StepMessage
 from engine.runtime import Engine
 from engine.state import Execution, Status
 
@@ -160,6 +160,8 @@ class SpyQueue:
         self.fail_sends = 0
         self.on_change_visibility: Callable[[str, int], None] | None = None
         self.visible_at: dict[str, float] = {}
+        # When (on the fake clock) each body was last sent, and its delay: SQS's timestamps.
+        self.sent_at: dict[str, tuple[float, int]] = {}
         # What backlog() answers instead of SQS's figure (which is approximate, and may lag).
         self.backlog_says: int | None = None
         self.backlog_asked = 0
@@ -173,6 +175,7 @@ class SpyQueue:
         self.inner.send(message, 0)
         self.sent.append(Sent(message, delay_seconds, self.clock.now()))
         self.visible_at[message.encode()] = self.clock.now() + delay_seconds
+        self.sent_at[message.encode()] = (self.clock.now(), delay_seconds)
 
     def send_many(self, messages: list[StepMessage]) -> None:
         if self.fail_sends:
@@ -182,6 +185,7 @@ class SpyQueue:
         for m in messages:
             self.sent.append(Sent(m, 0, self.clock.now()))
             self.visible_at[m.encode()] = self.clock.now()
+            self.sent_at[m.encode()] = (self.clock.now(), 0)
 
     def send_dead_letter(self, body: dict[str, Any]) -> None:
         self.inner.send_dead_letter(body)
@@ -248,6 +252,7 @@ class Driver:
     crash_visibility: float = 360.0
     crashes: list[str] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)
+    first_received: dict[str, float] = field(default_factory=dict)  # message id -> fake-clock time
 
     @property
     def queue_url(self) -> str:
@@ -279,7 +284,7 @@ class Driver:
             due = max((spy.visible_at.get(m["Body"], 0.0) for m in messages), default=0.0)
             if due > self.clock.now():
                 self.clock.set(due)
-        event = {"Records": [sqs_record(m, self.aws["StepQueue.Arn"]) for m in messages]}
+        event = {"Records": [self._record(m) for m in messages]}
         try:
             response = process_batch(self.engine, event, remaining=self.remaining)
         except Crash as crash:
@@ -293,6 +298,22 @@ class Driver:
         for m in messages:
             (self.release if m["MessageId"] in failed else self.delete)(m)
         return response
+
+    def _record(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The record, with SQS's send and first-receive times on the fake clock (moto's run on
+        the wall clock, which a test's jumps do not move): the queue's wait the engine reads."""
+        record = sqs_record(message, self.aws["StepQueue.Arn"])
+        spy = self.engine.queue
+        sent = spy.sent_at.get(message["Body"]) if isinstance(spy, SpyQueue) else None
+        if sent is None:
+            return record
+        at, delay = sent
+        first = self.first_received.setdefault(message["MessageId"], self.clock.now())
+        record["attributes"]["SentTimestamp"] = str(int(at * 1000))
+        record["attributes"]["ApproximateFirstReceiveTimestamp"] = str(int(first * 1000))
+        if delay:
+            record["messageAttributes"] = {DELAY_ATTRIBUTE: {"stringValue": str(delay), "dataType": "Number"}}
+        return record
 
     def pump(self, *, max_batches: int = 200, batch_size: int = 1) -> int:
         """Deliver until the queue is empty; returns how many batches ran."""

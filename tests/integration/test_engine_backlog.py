@@ -9,6 +9,7 @@ not run the step at the same time.
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -17,6 +18,7 @@ from engine.config import shard_of
 from engine.errors import TransientError
 from engine.messages import MessageKind
 from engine.state import Execution
+from engine.sweeper import backlog_patience
 from tests.integration.engine_support import add_workflow
 
 pytestmark = pytest.mark.integration
@@ -209,3 +211,58 @@ def test_an_empty_dead_letter_queue_keeps_the_long_patience(rig):
     rig.queue.parked_says = 1
     rig.clock.set(max(rig.engine.get(f"e{i}").next_wake_at for i in range(EXECUTIONS)) + 1)
     assert rig.engine.sweep().redriven == EXECUTIONS
+
+
+def _deliver_waiting(rig) -> None:
+    """Deliver what the queue holds now, ten to a batch (not what those batches send)."""
+    waiting = [m for _ in range(EXECUTIONS) for m in rig.driver.receive(10)]
+    for start in range(0, len(waiting), 10):
+        rig.driver.deliver(waiting[start : start + 10])
+
+
+def test_after_a_backlog_the_next_lease_allows_for_the_same_wait_so_nothing_is_postponed_or_marked(rig, rec, probe):
+    """The workers fell five leases behind: every first message waited that long (SQS's own
+    timestamps say so). The step each runs sends the next message under a lease five leases
+    longer, so when that message waits as long again the sweeper finds no lease lapsed (no read,
+    no postponement, no redrive) and the message runs with no start mark: two writes a step."""
+    for i in range(EXECUTIONS):
+        rig.engine.start("two", {}, execution_id=f"q{i}")
+    lease = rig.engine.config.lease_seconds
+    rig.clock.advance(5 * lease)
+    _deliver_waiting(rig)  # the first steps: late, so each ran guarded (a start mark)
+    sent_at = rig.clock.now()
+    for i in range(EXECUTIONS):
+        ex = rig.engine.get(f"q{i}")
+        assert ex.current_step == 1 and ex.next_wake_at == pytest.approx(sent_at + 7 * lease, abs=1)
+    before = Counter(rig.store.calls)
+    for _ in range(5):  # behind again by as much: a tick a lease
+        rig.clock.advance(lease)
+        report = rig.engine.sweep()
+        assert (report.due, report.postponed, report.redriven) == (0, 0, 0)
+    _deliver_waiting(rig)
+    assert [rig.status(f"q{i}") for i in range(EXECUTIONS)] == ["COMPLETED"] * EXECUTIONS
+    writes = Counter(rig.store.calls) - before
+    assert writes["put_execution"] == EXECUTIONS, "a step behind the backlog paid a start mark"
+    for i in range(EXECUTIONS):
+        assert rec.count(f"q{i}", 0) == 1 and rec.count(f"q{i}", 1) == 1
+    assert probe.overlaps == []
+
+
+def test_a_message_lost_after_a_backlog_is_still_redriven_within_the_backlogs_patience(rig, rec):
+    """The longer lease is the price: a message lost after a long wait is found when that lease
+    lapses, never later than the backlog's patience (15 leases) after it was sent."""
+    rig.engine.start("two", {}, execution_id="gone")
+    cfg = rig.engine.config
+    rig.clock.advance(40 * cfg.lease_seconds)  # a wait far past the patience: the lease is capped
+    rig.driver.deliver(rig.driver.receive(1))
+    sent_at = rig.clock.now()
+    assert rig.engine.get("gone").next_wake_at == sent_at + backlog_patience(cfg, parked=False)
+    rig.driver.delete(rig.driver.receive(1)[0])  # step b's message is lost
+    redriven_at = None
+    while redriven_at is None:
+        rig.clock.advance(60)
+        if rig.engine.sweep().redriven:
+            redriven_at = rig.clock.now()
+    assert redriven_at - sent_at <= backlog_patience(cfg, parked=False) + 60
+    rig.driver.pump()
+    assert rig.status("gone") == "COMPLETED" and rec.count("gone", 1) == 1

@@ -47,7 +47,7 @@ from engine.config import EngineConfig
 from engine.errors import AlreadyTerminal, CompensationNotDeployed, LoomError
 from engine.fan_results import in_order
 from engine.fanout_spec import FanoutSpec
-from engine.messages import MessageKind, StepMessage
+from engine.messages import DELAY_ATTRIBUTE, MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
 from engine.runtime import Engine
 from engine.state import AttemptOutcome, StepStatus
@@ -386,6 +386,29 @@ class Envelope:
     body: str
     visible_at: float
     receives: int = 0
+    sent_at: float = 0.0
+    delay: int = 0
+    first_received_at: float | None = None
+
+    def twin(self, suffix: str, now: float) -> Envelope:
+        """Another copy of this message (SQS at-least-once): the same send, visible now."""
+        return Envelope(self.message_id + suffix, self.body, now, sent_at=self.sent_at, delay=self.delay)
+
+    def record(self) -> dict[str, Any]:
+        """Lambda's SQS record for it, SQS's timestamps on the machine's clock."""
+        first = self.first_received_at if self.first_received_at is not None else self.sent_at
+        return {
+            "messageId": self.message_id,
+            "receiptHandle": f"rh-{self.message_id}-{self.receives}",
+            "body": self.body,
+            "attributes": {
+                "ApproximateReceiveCount": str(self.receives),
+                "SentTimestamp": str(int(self.sent_at * 1000)),
+                "ApproximateFirstReceiveTimestamp": str(int(first * 1000)),
+            },
+            "messageAttributes": {DELAY_ATTRIBUTE: {"stringValue": str(self.delay)}} if self.delay else {},
+            "eventSource": "aws:sqs",
+        }
 
 
 class ModelQueue:
@@ -398,7 +421,10 @@ class ModelQueue:
         self._ids = itertools.count()
 
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
-        self.messages.append(Envelope(f"m{next(self._ids)}", message.encode(), self.clock.now() + delay_seconds))
+        now = self.clock.now()
+        self.messages.append(
+            Envelope(f"m{next(self._ids)}", message.encode(), now + delay_seconds, sent_at=now, delay=delay_seconds)
+        )
 
     def send_many(self, messages: list[StepMessage]) -> None:
         for m in messages:
@@ -498,10 +524,10 @@ class EngineMachine(RuleBasedStateMachine):
         first = batch[0]
         if duplicate:
             # SQS at-least-once: another copy of the first message is still in the queue.
-            self.queue.messages.append(Envelope(first.message_id + "d", first.body, self.clock.now()))
+            self.queue.messages.append(first.twin("d", self.clock.now()))
         if overlap:
             # A second worker gets a copy of the first message while this one is inside a step.
-            copy = Envelope(first.message_id + "o", first.body, self.clock.now())
+            copy = first.twin("o", self.clock.now())
             self.model.interleave = lambda: self._deliver([copy], chain=False)
         if death is not None:
             self.arm_worker_death(death)
@@ -597,7 +623,7 @@ class EngineMachine(RuleBasedStateMachine):
         items = self._items()
         if items:
             first = items[pick % len(items)]
-            twin = Envelope(first.message_id + "t", first.body, self.clock.now())
+            twin = first.twin("t", self.clock.now())
             self._deliver([first], chain=False)
             self._deliver([twin], chain=False)
 
@@ -788,19 +814,9 @@ class EngineMachine(RuleBasedStateMachine):
         for m in batch:
             self.queue.messages = [q for q in self.queue.messages if q is not m]
             m.receives += 1
-        event = {
-            "Records": [
-                {
-                    "messageId": m.message_id,
-                    "receiptHandle": f"rh-{m.message_id}-{m.receives}",
-                    "body": m.body,
-                    "attributes": {"ApproximateReceiveCount": str(m.receives)},
-                    "messageAttributes": {},
-                    "eventSource": "aws:sqs",
-                }
-                for m in batch
-            ]
-        }
+            if m.first_received_at is None:
+                m.first_received_at = self.clock.now()
+        event = {"Records": [m.record() for m in batch]}
         try:
             response = process_batch(self.engine, event, remaining=(lambda: 300.0) if chain else None)
         except Crash:

@@ -10,10 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from engine.batch import Heartbeat
+from engine.adapters.sqs import SqsQueue
+from engine.batch import Heartbeat, queue_wait
 from engine.config import EngineConfig
 from engine.errors import InvalidInput
-from engine.messages import MessageKind, StepMessage
+from engine.messages import DELAY_ATTRIBUTE, MessageKind, StepMessage
 from engine.state import Execution, Status
 from engine.verdicts import MessageVerdict, check_message, lapse_wait, may_adopt
 from functions.settings import Settings
@@ -124,3 +125,49 @@ def test_the_first_beat_is_at_the_batch_s_start() -> None:
     with Heartbeat(queue, {"m1": "r1", "m2": "r2"}, interval=3600, extend_to=20, beat_first=True):  # type: ignore[arg-type]
         assert queue.called.wait(timeout=10), "no beat at the start"
     assert queue.calls == [(["r1", "r2"], 20)]  # one batch call; the next beat would be an hour on
+
+
+def _record(sent: object, first: object, delay: object = None) -> dict[str, object]:
+    attributes = {"ApproximateReceiveCount": "1"}
+    if sent is not None:
+        attributes["SentTimestamp"] = str(sent)
+    if first is not None:
+        attributes["ApproximateFirstReceiveTimestamp"] = str(first)
+    held = {} if delay is None else {DELAY_ATTRIBUTE: {"stringValue": str(delay), "dataType": "Number"}}
+    return {"attributes": attributes, "messageAttributes": held}
+
+
+@pytest.mark.parametrize(
+    ("record", "waited"),
+    [
+        (_record(1_000_000, 1_042_500), 42.5),  # SQS's two timestamps, in milliseconds
+        (_record(1_000_000, 1_042_500, delay=40), 2.5),  # held back on purpose is not a backlog
+        (_record(1_000_000, 1_030_000, delay=40), 0.0),  # received early: no wait, not a negative one
+        (_record(1_042_500, 1_000_000), 0.0),  # clocks that disagree
+        (_record(None, 1_042_500), 0.0),  # an event without the timestamps (a hand-made test event)
+        (_record("soon", 1_042_500), 0.0),
+        (_record(1_000_000, 1_042_500, delay="x"), 0.0),
+        ({"attributes": None}, 0.0),
+    ],
+)
+def test_the_queues_wait_is_read_from_sqs_own_timestamps(record: dict[str, object], waited: float) -> None:
+    assert queue_wait(record) == pytest.approx(waited)
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+
+    def send_message(self, **kwargs: object) -> dict[str, str]:
+        self.calls.append(kwargs)
+        return {"MessageId": "m"}
+
+
+def test_a_delayed_message_carries_its_delay_and_a_prompt_one_nothing_extra() -> None:
+    client = _Sent()
+    queue = SqsQueue(client, "https://queue", "https://dlq")
+    queue.send(StepMessage("e", 1), 0)
+    queue.send(StepMessage("e", 1, 2, MessageKind.RETRY), 12)
+    assert "MessageAttributes" not in client.calls[0]
+    assert client.calls[1]["DelaySeconds"] == 12
+    assert client.calls[1]["MessageAttributes"] == {DELAY_ATTRIBUTE: {"DataType": "Number", "StringValue": "12"}}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine import Status, sleep
 from engine import transitions as tr
 from engine.config import EngineConfig
+from engine.errors import InvalidInput
 from engine.messages import StepMessage
 from engine.state import Execution
 from engine.verdicts import run_is_covered
@@ -185,3 +188,33 @@ def test_evolve_bumps_the_version_by_exactly_one():
     ex = execution()
     assert ex.evolve(NOW).version == ex.version + 1
     assert ex.evolve(NOW, status=Status.FAILED).updated_at == NOW
+
+
+def test_a_lease_starts_after_the_wait_the_queue_showed_the_message_being_handled():
+    waited = replace(CFG, queue_wait=300)
+    new, _ = tr.after_step(execution(next_wake_at=NOW + 99), SPEC, None, NOW, waited)
+    assert new.next_wake_at == NOW + 300 + 200
+    # The next message, if it waits as long, still finds a whole lease: it runs with no start mark.
+    assert run_is_covered(new, NOW + 300 + 99, waited)
+    assert tr.lease(None, NOW, waited, base=NOW + 30) == NOW + 30 + 300 + 200, "a retry's backoff, then the wait"
+
+
+def test_a_lease_kept_must_also_cover_the_queues_wait():
+    # 160 s left is more than one and a half leases, but not with 300 s of queue ahead.
+    renewed, _ = tr.after_step(execution(next_wake_at=NOW + 160), SPEC, None, NOW, replace(CFG, queue_wait=300))
+    assert renewed.next_wake_at == NOW + 500
+    kept, _ = tr.after_step(execution(next_wake_at=NOW + 600), SPEC, None, NOW, replace(CFG, queue_wait=300))
+    assert kept.next_wake_at == NOW + 600
+
+
+def test_no_wait_seen_in_the_queue_moves_a_lease_past_the_backlogs_patience():
+    cfg = replace(CFG, queue_wait=86400)
+    patience = cfg.backlog_patience_leases * cfg.lease_seconds
+    assert tr.lease(None, NOW, cfg) == NOW + patience
+    assert tr.queue_ahead(replace(CFG, backlog_patience_leases=1.0, queue_wait=50)) == 0.0
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_a_queue_wait_that_is_not_a_duration_is_refused(bad):
+    with pytest.raises(InvalidInput, match="queue_wait"):
+        EngineConfig(queue_wait=bad)
