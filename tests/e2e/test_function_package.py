@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,8 +89,10 @@ def test_the_build_holds_sources_and_requirements_and_is_cached_by_content(tmp_p
     names = sorted(p.name for p in first.task_root.iterdir())
     assert [n for n in names if not n.startswith("structlog")] == ["engine", "functions", "myapp", "workflows"]
     assert (first.task_root / "structlog" / "__init__.py").is_file()
-    assert not (first.task_root / "myapp" / "__pycache__").exists()
+    compiled = first.task_root / "myapp" / "__pycache__" / f"flows.{sys.implementation.cache_tag}.pyc"
+    assert compiled.read_bytes() != b"stale", "the source tree's bytecode was copied"
     assert not any((first.task_root / n).exists() for n in ("loom", "tests", "chaos", ".venv", "template.yaml"))
+    _assert_compiled_for_this_interpreter(first.task_root)
     stamp = (first.task_root / "myapp" / "flows.py").stat().st_mtime_ns
     again = build(tmp_path / "state", sources)
     assert again == first and (again.task_root / "myapp" / "flows.py").stat().st_mtime_ns == stamp
@@ -97,6 +101,22 @@ def test_the_build_holds_sources_and_requirements_and_is_cached_by_content(tmp_p
     assert edited.task_root != first.task_root and not first.task_root.exists()
     assert (edited.task_root / "myapp" / "flows.py").read_text().endswith("# edited\n")
     assert edited.runtime_dir == first.runtime_dir
+
+
+def _assert_compiled_for_this_interpreter(root: Path) -> None:
+    """Every module has bytecode the functions' interpreter takes as is (its magic number, the
+    copied source's mtime and size: a function process then loads it instead of compiling),
+    owner-only like the rest of the state dir."""
+    sources = [p for p in root.rglob("*.py") if "__pycache__" not in p.parts]
+    assert len(sources) > 50
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        header = cached.read_bytes()[:16]
+        assert header[:4] == importlib.util.MAGIC_NUMBER, cached
+        stat = source.stat()
+        assert int.from_bytes(header[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF, cached
+        assert int.from_bytes(header[12:16], "little") == stat.st_size & 0xFFFFFFFF, cached
+        assert cached.stat().st_mode & 0o777 == 0o600 and cached.parent.stat().st_mode & 0o777 == 0o700
 
 
 # ---------------------------------------------------------------------- your own workflow module, outside the repo
