@@ -41,7 +41,7 @@ from moto.iam.models import iam_backends
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
 
-from loom.local.emulator import meter, moto_http, moto_iam, moto_speed, moto_tokens, snapshot
+from loom.local.emulator import meter, moto_http, moto_iam, moto_index, moto_speed, moto_tokens, snapshot
 from loom.local.emulator.meter import RequestMeter
 from loom.local.emulator.moto_http import KeepAliveHandler
 
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request is noise here
     check_settings()
     moto_speed.apply()  # a backlog must not make every SQS call cost a pass per message
+    moto_index.apply()  # an index Query reads the items with its hash key, not the table (after moto_speed)
     moto_tokens.apply()  # a resent transaction (its answer lost) must not apply twice, as in DynamoDB
     moto_iam.apply()  # the (action, resource) pairs AWS authorises each DynamoDB and SQS call as
     moto_http.apply()  # request headers parsed without the email package when they are plain

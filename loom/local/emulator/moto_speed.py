@@ -71,6 +71,8 @@ from moto.dynamodb.parsing import validators
 from moto.sqs import models
 from moto.sqs.exceptions import InvalidAttributeName
 
+from loom.local.emulator import moto_index
+
 # moto's expression modules carry no types (``# type: ignore`` at their top): reach them untyped.
 ast_nodes: Any = _ast_nodes
 core_responses: Any = _core_responses
@@ -168,6 +170,16 @@ class _Matching:
     def __init__(self, table: Any, conditions: list[tuple[str, Any]]) -> None:
         self._table = table
         self.items: dict[Any, Any] = {}
+        keys = moto_index.candidates(table, conditions)
+        if keys is not None:  # the index's map: only the items with the asked value
+            for key in keys:
+                item = moto_index.item_at(table, key)
+                if item is not None and _matches(item, conditions):
+                    if table.range_key_attr:
+                        self.items.setdefault(key[0], {})[key[1]] = item
+                    else:
+                        self.items[key[0]] = item
+            return
         for hash_key, held in table.items.items():
             if table.range_key_attr:
                 kept = {k: item for k, item in held.items() if _matches(item, conditions)}
