@@ -15,30 +15,11 @@ from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.table import Table
 
 from loom.local.emulator import moto_index, moto_speed
+from tests.unit.test_moto_speed import create_gsi_table
 
 pytestmark = pytest.mark.unit
 
 SHARDS = 3
-
-
-def _table(ddb: Any) -> None:
-    attrs = ["PK", "SK", "GSI1PK", "GSI1SK"]
-    ddb.create_table(
-        TableName="g",
-        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a in attrs],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "GSI1",
-                "KeySchema": [
-                    {"AttributeName": "GSI1PK", "KeyType": "HASH"},
-                    {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
 
 
 def _key(rng: random.Random) -> dict[str, Any]:
@@ -146,7 +127,7 @@ def _one(ddb: Any, rng: random.Random) -> Any:
 def _run(seed: int, steps: int = 160) -> list[Any]:
     rng = random.Random(seed)
     ddb = boto3.client("dynamodb", region_name="us-east-1")
-    _table(ddb)
+    create_gsi_table(ddb)
     return [_one(ddb, rng) for _ in range(steps)]
 
 
@@ -182,7 +163,7 @@ def test_without_its_write_hooks_the_map_is_not_used(monkeypatch) -> None:
     monkeypatch.setattr(Table, "query", moto_speed.query_partition)
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
-        _table(ddb)
+        create_gsi_table(ddb)
         item = {"PK": {"S": "a"}, "SK": {"S": "b"}, "GSI1PK": {"S": "SHARD#0"}, "GSI1SK": {"S": "1"}}
         ddb.put_item(TableName="g", Item=item)
         assert len(_query_all(ddb, "SHARD#0")) == 1

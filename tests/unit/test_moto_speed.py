@@ -306,9 +306,8 @@ def test_a_table_query_reads_one_partition_and_answers_as_moto_does(monkeypatch)
     assert seen["partitions"] == 6 + 3, "every table query (not the index's) read one partition"
 
 
-def index_query_answers() -> list[dict]:
-    """Index queries over a sparse GSI (items without its keys, or with only its hash key), paged to the end."""
-    ddb = boto3.client("dynamodb", region_name="us-east-1")
+def create_gsi_table(ddb) -> None:
+    """Table ``g`` (PK, SK) with a sparse GSI1 (GSI1PK, GSI1SK), as the engine's due index."""
     attrs = ["PK", "SK", "GSI1PK", "GSI1SK"]
     ddb.create_table(
         TableName="g",
@@ -326,6 +325,12 @@ def index_query_answers() -> list[dict]:
         ],
         BillingMode="PAY_PER_REQUEST",
     )
+
+
+def index_query_answers() -> list[dict]:
+    """Index queries over a sparse GSI (items without its keys, or with only its hash key), paged to the end."""
+    ddb = boto3.client("dynamodb", region_name="us-east-1")
+    create_gsi_table(ddb)
     for e in range(40):
         item = {"PK": {"S": f"EXEC#{e:02d}"}, "SK": {"S": "#META"}, "n": {"N": str(e)}}
         if e % 5:
