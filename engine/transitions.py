@@ -186,8 +186,12 @@ def cancelled_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
 
 
 def started_state(ex: Execution, now: float, cfg: EngineConfig) -> Execution:
-    """Record the current attempt as started before it runs."""
-    return ex.evolve(now, started_attempt=ex.attempt, attempt_started_at=now, next_wake_at=lease(ex, now, cfg))
+    """Record the current attempt as started before it runs.
+
+    Its lease covers this run, which starts now: the queue's wait (``queue_ahead``) is for the
+    message a later state sends, and would only put off the sweeper's look at a dead runner."""
+    ahead = lease(ex, now, replace(cfg, queue_wait=0.0))
+    return ex.evolve(now, started_attempt=ex.attempt, attempt_started_at=now, next_wake_at=ahead)
 
 
 def fanned_out_state(ex: Execution, now: float, cfg: EngineConfig, until: float | None = None) -> Execution:

@@ -218,3 +218,9 @@ def test_no_wait_seen_in_the_queue_moves_a_lease_past_the_backlogs_patience():
 def test_a_queue_wait_that_is_not_a_duration_is_refused(bad):
     with pytest.raises(InvalidInput, match="queue_wait"):
         EngineConfig(queue_wait=bad)
+
+
+def test_a_start_mark_covers_its_own_run_not_the_queues_wait():
+    waited = replace(CFG, queue_wait=300)
+    marked = tr.started_state(execution(next_wake_at=NOW + 99), NOW, waited)
+    assert marked.next_wake_at == NOW + 200, "a dead runner would be looked at 300 s later"
