@@ -9,7 +9,8 @@ is kept in a map from value to the items' keys, changed where moto changes an it
 - ``Table.put_item`` and ``Table.delete_item`` (PutItem, DeleteItem, BatchWriteItem, PartiQL,
   and the item UpdateItem creates);
 - ``DynamoDBBackend.update_item``, which changes the item in place;
-- ``transact_write_items``, whose rollback puts items back without either (moto_speed).
+- a cancelled transaction's rollback, which puts items back without either
+  (``moto_speed._put_back`` calls ``reindex``).
 
 A map is rebuilt from the whole table whenever it cannot be trusted: the table's items were
 replaced (a restore, moto's own rollback copy), its indexes changed, or a key could not be
@@ -18,7 +19,7 @@ read. Only string and binary values are kept: a number's equality is moto's to d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from moto.dynamodb.models import DynamoDBBackend
@@ -65,10 +66,10 @@ def hash_attrs(table: Any) -> frozenset[str]:
     )
 
 
-def _current(table: Any) -> HashIndex | None:
-    """The table's map if it still describes the table's items, else None."""
+def _current(table: Any, attrs: frozenset[str]) -> HashIndex | None:
+    """The table's map if it still describes the table's items and indexes, else None."""
     state = table.__dict__.get(_STATE)
-    if state is None or state.items is not table.items or state.attrs != hash_attrs(table):
+    if state is None or state.items is not table.items or state.attrs != attrs:
         return None
     return state  # type: ignore[no-any-return]
 
@@ -84,7 +85,7 @@ def candidates(table: Any, conditions: list[tuple[str, Any]]) -> list[Key] | Non
     usable = [(a, v) for a, v in asked if a in attrs and v.type in _KEPT_TYPES]
     if not usable:
         return None
-    state = _current(table)
+    state = _current(table, attrs)
     if state is None:
         state = HashIndex(table, attrs)
         table.__dict__[_STATE] = state
@@ -103,10 +104,11 @@ def item_at(table: Any, key: Key) -> Any:
 
 
 def reindex(table: Any, keys: Iterable[Key | None]) -> None:
-    """After a write: each key's place again; a key that could not be read drops the map."""
-    state = _current(table)
+    """After a write: each key's place again; a key that could not be read drops the map. A map
+    that no longer describes the table (items replaced, indexes changed) is rebuilt by the next
+    Query (``candidates``), so a write does not check for that."""
+    state = table.__dict__.get(_STATE)
     if state is None:
-        table.__dict__.pop(_STATE, None)
         return
     for key in keys:
         if key is None:
@@ -153,27 +155,8 @@ def update_item(self: Any, table_name: str, key: Any, *args: Any, **kwargs: Any)
             reindex(table, [key_of(table, key)])
 
 
-def after_transaction(transact: Callable[..., Any]) -> Callable[..., Any]:
-    """``transact`` (a TransactWriteItems), then each written item's place again, whatever the outcome."""
-
-    def run(self: Any, transact_items: Any) -> Any:
-        try:
-            return transact(self, transact_items)
-        finally:
-            for entry in transact_items if isinstance(transact_items, list) else []:
-                if not isinstance(entry, dict) or len(entry) != 1:
-                    continue
-                op_type, op = next(iter(entry.items()))
-                table = self.tables.get(op.get("TableName")) if isinstance(op, dict) else None
-                if table is not None and op_type in ("Put", "Update", "Delete"):
-                    reindex(table, [key_of(table, op.get("Item") if op_type == "Put" else op.get("Key"))])
-
-    return run
-
-
 def apply() -> None:
     """Keep the maps as moto writes (the emulator process calls it once, after moto_speed.apply)."""
     Table.put_item = put_item  # type: ignore[method-assign]
     Table.delete_item = delete_item  # type: ignore[method-assign]
     DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
-    DynamoDBBackend.transact_write_items = after_transaction(DynamoDBBackend.transact_write_items)  # type: ignore[method-assign]

@@ -63,7 +63,6 @@ from moto.core import serialize
 from moto.core.utils import unix_time, unix_time_millis
 from moto.dynamodb import comparisons as _comparisons
 from moto.dynamodb import models as _dynamodb_models
-from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import ast_nodes as _ast_nodes
 from moto.dynamodb.parsing import expressions as _expressions
@@ -431,13 +430,7 @@ class _TablesKept:
 def _target(table: Any, op_type: str, op: Any) -> tuple[Any, Any] | None:
     """The (hash, range) key a Put, Update or Delete writes, as moto reads it; None when moto
     cannot read one either (it then fails that operation without writing)."""
-    try:
-        source = op["Item"] if op_type == "Put" else op["Key"]
-        hash_value = DynamoType(source[table.hash_key_attr])
-        range_value = DynamoType(source[table.range_key_attr]) if table.has_range_key else None
-    except (KeyError, TypeError, AttributeError):
-        return None
-    return hash_value, range_value
+    return moto_index.key_of(table, op.get("Item") if op_type == "Put" else op.get("Key"))
 
 
 def _written_items(backend: Any, transact_items: Any) -> dict[tuple[str, Any, Any], Any] | None:
@@ -465,6 +458,7 @@ def _written_items(backend: Any, transact_items: Any) -> dict[tuple[str, Any, An
 
 
 def _put_back(backend: Any, kept: dict[tuple[str, Any, Any], Any]) -> None:
+    """Each kept item back as it was, behind moto's own writes: the index map is told too."""
     for (name, hash_value, range_value), before in kept.items():
         table = backend.tables[name]
         if table.has_range_key:
@@ -476,6 +470,7 @@ def _put_back(backend: Any, kept: dict[tuple[str, Any, Any], Any]) -> None:
             table.items.pop(hash_value, None)
         else:
             table.items[hash_value] = before
+        moto_index.reindex(table, [(hash_value, range_value)])
 
 
 _moto_transact_write_items = dynamodb_models.DynamoDBBackend.transact_write_items
