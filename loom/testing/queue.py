@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.clock import FakeClock
-from engine.messages import StepMessage
+from engine.messages import DELAY_ATTRIBUTE, StepMessage
 
 
 @dataclass
@@ -21,6 +21,18 @@ class Queued:
     delay_seconds: int = 0
     # SQS's ApproximateFirstReceiveTimestamp: the engine reads the queue's wait from it.
     first_received_at: float | None = None
+
+
+def sqs_timing(
+    sent_at: float, first_received_at: float | None, delay_seconds: int
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """What a Lambda SQS record says of a message's time in the queue: its two timestamps (ms)
+    for ``attributes``, and the delay it was sent with (``DELAY_ATTRIBUTE``) for
+    ``messageAttributes``; the engine reads the queue's wait from them (engine/batch.py)."""
+    first = sent_at if first_received_at is None else first_received_at
+    stamps = {"SentTimestamp": str(int(sent_at * 1000)), "ApproximateFirstReceiveTimestamp": str(int(first * 1000))}
+    held = {DELAY_ATTRIBUTE: {"stringValue": str(delay_seconds), "dataType": "Number"}} if delay_seconds else {}
+    return stamps, held
 
 
 @dataclass
@@ -37,9 +49,10 @@ class VirtualQueue:
     def send(self, message: StepMessage, delay_seconds: int = 0) -> None:
         self.sent.append((message, delay_seconds))
         now = self.clock.now()
-        queued = Queued(f"m-{next(self._ids)}", message.encode(), now + delay_seconds, sent_at=now)
-        queued.delay_seconds = delay_seconds
-        self.messages.append(queued)
+        body = message.encode()
+        self.messages.append(
+            Queued(f"m-{next(self._ids)}", body, now + delay_seconds, sent_at=now, delay_seconds=delay_seconds)
+        )
 
     def send_many(self, messages: Sequence[StepMessage]) -> None:
         for message in messages:
@@ -86,8 +99,13 @@ class VirtualQueue:
 
     def copy_of(self, queued: Queued) -> Queued:
         """A duplicate delivery: the same body under another id, visible now."""
-        twin = Queued(f"m-{next(self._ids)}", queued.body, self.clock.now(), sent_at=queued.sent_at)
-        twin.delay_seconds = queued.delay_seconds
+        twin = Queued(
+            f"m-{next(self._ids)}",
+            queued.body,
+            self.clock.now(),
+            sent_at=queued.sent_at,
+            delay_seconds=queued.delay_seconds,
+        )
         self.messages.append(twin)
         return twin
 

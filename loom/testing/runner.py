@@ -14,7 +14,6 @@ from engine.callbacks import Completion
 from engine.clock import FakeClock
 from engine.compensation import SUFFIX, is_compensation
 from engine.config import EngineConfig
-from engine.messages import DELAY_ATTRIBUTE
 from engine.ports import FaultPoint, Store
 from engine.runtime import Engine, SweepReport
 from engine.signals import Sent
@@ -22,7 +21,7 @@ from engine.state import Execution, Status, StepRecord, StepStatus
 from engine.workflow import Phase, Registry, WorkflowSpec, default_registry
 from loom.testing.memory import InMemoryStore
 from loom.testing.moto_backend import earliest_wake, moto_store, reap_expired
-from loom.testing.queue import Queued, VirtualQueue
+from loom.testing.queue import Queued, VirtualQueue, sqs_timing
 
 DAY = 86_400.0
 
@@ -359,19 +358,13 @@ class WorkflowTest:
 
 def _record(queued: Queued) -> dict[str, Any]:
     """The record Lambda's event source would hand the worker, SQS's timestamps included."""
-    first = queued.sent_at if queued.first_received_at is None else queued.first_received_at
-    attributes = {
-        "ApproximateReceiveCount": str(queued.receive_count),
-        "SentTimestamp": str(int(queued.sent_at * 1000)),
-        "ApproximateFirstReceiveTimestamp": str(int(first * 1000)),
-    }
-    held = {"stringValue": str(queued.delay_seconds), "dataType": "Number"}
+    stamps, held = sqs_timing(queued.sent_at, queued.first_received_at, queued.delay_seconds)
     return {
         "messageId": queued.message_id,
         "receiptHandle": queued.message_id,
         "body": queued.body,
-        "attributes": attributes,
-        "messageAttributes": {DELAY_ATTRIBUTE: held} if queued.delay_seconds else {},
+        "attributes": {"ApproximateReceiveCount": str(queued.receive_count), **stamps},
+        "messageAttributes": held,
         "eventSource": "aws:sqs",
     }
 

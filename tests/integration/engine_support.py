@@ -20,9 +20,10 @@ from engine.batch import process_batch
 from engine.clock import FakeClock
 from engine.config import EngineConfig
 from engine.errors import TransientError
-from engine.messages import DELAY_ATTRIBUTE, StepMessage
+from engine.messages import StepMessage
 from engine.runtime import Engine
 from engine.state import Execution, Status
+from loom.testing.queue import sqs_timing
 
 
 class Crash(BaseException):
@@ -309,10 +310,8 @@ class Driver:
             return record
         at, delay = sent
         first = self.first_received.setdefault(message["MessageId"], self.clock.now())
-        record["attributes"]["SentTimestamp"] = str(int(at * 1000))
-        record["attributes"]["ApproximateFirstReceiveTimestamp"] = str(int(first * 1000))
-        if delay:
-            record["messageAttributes"] = {DELAY_ATTRIBUTE: {"stringValue": str(delay), "dataType": "Number"}}
+        stamps, record["messageAttributes"] = sqs_timing(at, first, delay)
+        record["attributes"].update(stamps)
         return record
 
     def pump(self, *, max_batches: int = 200, batch_size: int = 1) -> int:

@@ -47,7 +47,7 @@ from engine.config import EngineConfig
 from engine.errors import AlreadyTerminal, CompensationNotDeployed, LoomError
 from engine.fan_results import in_order
 from engine.fanout_spec import FanoutSpec
-from engine.messages import DELAY_ATTRIBUTE, MessageKind, StepMessage
+from engine.messages import MessageKind, StepMessage
 from engine.ports import FAULT_POINTS
 from engine.runtime import Engine
 from engine.state import AttemptOutcome, StepStatus
@@ -67,6 +67,7 @@ from engine.workflow import (
     wait_until,
 )
 from loom.testing.moto_resources import moto_kept, moto_session, template_resources
+from loom.testing.queue import sqs_timing
 from tests.integration.engine_support import Crash, CrashAt, LostAnswers, WatchedStore, WriteKind, add_workflow
 
 pytestmark = [pytest.mark.integration]
@@ -396,17 +397,13 @@ class Envelope:
 
     def record(self) -> dict[str, Any]:
         """Lambda's SQS record for it, SQS's timestamps on the machine's clock."""
-        first = self.first_received_at if self.first_received_at is not None else self.sent_at
+        stamps, held = sqs_timing(self.sent_at, self.first_received_at, self.delay)
         return {
             "messageId": self.message_id,
             "receiptHandle": f"rh-{self.message_id}-{self.receives}",
             "body": self.body,
-            "attributes": {
-                "ApproximateReceiveCount": str(self.receives),
-                "SentTimestamp": str(int(self.sent_at * 1000)),
-                "ApproximateFirstReceiveTimestamp": str(int(first * 1000)),
-            },
-            "messageAttributes": {DELAY_ATTRIBUTE: {"stringValue": str(self.delay)}} if self.delay else {},
+            "attributes": {"ApproximateReceiveCount": str(self.receives), **stamps},
+            "messageAttributes": held,
             "eventSource": "aws:sqs",
         }
 
