@@ -3,7 +3,7 @@
 moto answers a Query on a secondary index by looking at every item of the table. The sweeper
 asks its due index a few times a second on the chaos stack, and a 1,000-execution soak's table
 holds tens of thousands of items, so those passes grew with the table while the answers stayed
-a handful (DESIGN.md, "Local fidelity"). Here every item's value of each index hash attribute
+a handful (DESIGN.md, "Emulator speed"). Here every item's value of each index hash attribute
 is kept in a map from value to the items' keys, changed where moto changes an item:
 
 - ``Table.put_item`` and ``Table.delete_item`` (PutItem, DeleteItem, BatchWriteItem, PartiQL,
