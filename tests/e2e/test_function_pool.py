@@ -1,15 +1,22 @@
-"""The function pool: warm processes, Lambda's context, timeouts and crashes, replacement."""
+"""The function pool: warm processes, Lambda's context, timeouts and crashes, replacement.
+
+Every test runs twice: with processes forked from the function's template (Linux's default)
+and with a fresh interpreter each (elsewhere): the pool promises the same in both.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import botocore
 import pytest
 
+from loom.local.lambdas import pool as pool_module
 from loom.local.lambdas.package import FunctionPackage, build
 from loom.local.lambdas.pool import FunctionPool
 
@@ -26,6 +33,13 @@ _packages: list[FunctionPackage] = []
 def _fake_package(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The fake handlers' own deployment package: tests/ (as a SOURCES entry) plus requirements.txt."""
     _packages[:] = [build(tmp_path_factory.mktemp("pool-package"), [str(ROOT / "tests")])]
+
+
+@pytest.fixture(autouse=True, scope="module", params=[True, False], ids=["forked", "fresh"])
+def forked(request: pytest.FixtureRequest) -> Iterator[bool]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pool_module, "forks_by_default", lambda: request.param)
+        yield request.param
 
 
 def _built() -> FunctionPackage:
@@ -273,5 +287,49 @@ def test_a_missing_handler_function_is_handler_not_found_as_aws_says():
         assert inv.outcome == "error"
         assert inv.error["errorType"] == "Runtime.HandlerNotFound"
         assert inv.error["errorMessage"] == f"Handler 'nope' missing on module '{H}'"
+    finally:
+        pool.stop()
+
+
+# ---------------------------------------------------------------------- forked from a template, or fresh
+
+
+def _probe_each(pool: FunctionPool) -> list[dict[str, object]]:
+    answers = [pool.invoke({}) for _ in range(pool.size)]  # idle processes are taken in turn
+    assert all(a.outcome == "ok" for a in answers), [a.error for a in answers]
+    return [a.result for a in answers]
+
+
+def test_each_process_runs_its_own_init_whether_forked_or_fresh(forked: bool):
+    pool = FunctionPool(
+        function="Probe", handler="tests.e2e.fork_probe.handler", env=BASE_ENV, timeout=5, size=2, package=_built()
+    ).start()
+    try:
+        first, second = _probe_each(pool)
+        assert {first["pid"], second["pid"]} == set(pool.pids())
+        # Forked: the template had imported boto3, and is both processes' parent; fresh: nothing
+        # was imported before the handler, and the supervisor is the parent.
+        assert first["preloaded"] is second["preloaded"] is forked
+        if forked:
+            assert first["ppid"] == second["ppid"] != os.getpid()
+        else:
+            assert first["ppid"] == second["ppid"] == os.getpid()
+        assert first["drawn"][0] != second["drawn"][0] and first["drawn"][1] != second["drawn"][1]
+        assert first["session"] == first["pid"] and second["session"] == second["pid"]  # no terminal's Ctrl-C
+        assert first["stdin_is_pipe"] and second["stdin_is_pipe"]
+        assert first["argv"][:2] == ["--handler", "tests.e2e.fork_probe.handler"]
+    finally:
+        pool.stop()
+
+
+def test_a_process_killed_mid_invocation_is_reported_killed_by_its_signal():
+    pool = _pool("sleepy", timeout=30)
+    try:
+        victim = pool.pids()[0]
+        threading.Timer(0.5, os.kill, args=(victim, signal.SIGKILL)).start()
+        inv = pool.invoke({"seconds": 20})
+        assert inv.outcome == "crash"
+        assert inv.error == {"errorType": "Runtime.ExitError", "errorMessage": "function process killed by signal 9"}
+        assert _gone(victim) and pool.pids() != [victim]
     finally:
         pool.stop()

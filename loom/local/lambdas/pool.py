@@ -2,7 +2,9 @@
 
 Each process runs the local bootstrap from the function's package (see
 :mod:`loom.local.lambdas.package`): it sees only the task root and the runtime's
-boto3, imports its handler once and serves invocations one at a time. An
+boto3, imports its handler once and serves invocations one at a time. On Linux a
+process is forked from the function's template (:mod:`loom.local.lambdas.forkserver`),
+which has imported the runtime's boto3 already; elsewhere it is a fresh interpreter. An
 invocation that runs past the function's Timeout is SIGKILLed, as Lambda does;
 so is one whose process passes the function's MemorySize. A process that dies
 (killed, ``os._exit``, crashed interpreter) is replaced. Every invocation
@@ -30,16 +32,31 @@ from typing import IO, Any
 
 from loom.jsonvalue import loads_object
 from loom.local import private
+from loom.local.lambdas.forkserver import Process, Template
 from loom.local.lambdas.package import FunctionPackage
 
 STARTUP_TIMEOUT = 60.0
 MEMORY_POLL_SECONDS = 0.05  # how often a running invocation's peak memory is read
+# What a template imports before it forks: the runtime's library every function imports (boto3
+# brings botocore, urllib3, dateutil and jmespath). No more: a fork's peak memory starts at the
+# template's size, and a library the handler never imports would count against its MemorySize.
+PRELOAD = ("boto3",)
+
+
+def forks_by_default() -> bool:
+    """Linux forks cleanly from a single-threaded template; macOS's system frameworks do not
+    promise that (Python's multiprocessing spawns there for the same reason)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 def runtime_command(package: FunctionPackage, *args: str) -> list[str]:
     """The bootstrap under this interpreter, isolated (-I: no PYTHON* variables, no cwd or user site;
     -S: no site-packages), unbuffered and without bytecode writes (the task root is read-only)."""
     return [sys.executable, "-I", "-S", "-B", "-u", str(package.bootstrap), *args]
+
+
+def template_command(package: FunctionPackage, parent: int) -> list[str]:
+    return runtime_command(package, "--template", "--preload", ",".join(PRELOAD), "--parent-pid", str(parent))
 
 
 def package_env(env: Mapping[str, str], package: FunctionPackage) -> dict[str, str]:
@@ -77,6 +94,45 @@ def out_of_memory_error(request_id: str) -> dict[str, Any]:
     }
 
 
+def _start_process(
+    function: str, handler: str, memory: int, env: Mapping[str, str], package: FunctionPackage, output: IO[Any] | None
+) -> tuple[subprocess.Popen[str], int]:
+    """A fresh interpreter running the bootstrap, and the read end of its reply pipe."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            runtime_command(
+                package,
+                "--handler",
+                handler,
+                "--function-name",
+                function,
+                "--memory",
+                str(memory),
+                "--reply-fd",
+                str(write_fd),
+                "--parent-pid",
+                str(os.getpid()),
+            ),
+            stdin=subprocess.PIPE,
+            stdout=output,
+            stderr=output,
+            env=package_env(env, package),
+            cwd=str(package.task_root),
+            pass_fds=(write_fd,),
+            text=True,
+            # Its own process group: a Ctrl-C in the terminal reaches the supervisor only,
+            # which then stops the pool in order.
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    return proc, read_fd
+
+
 class PoolClosed(Exception):
     """The pool is stopping; no more invocations."""
 
@@ -110,39 +166,15 @@ class Runtime:
         env: Mapping[str, str],
         package: FunctionPackage,
         output: IO[Any] | None,
+        template: Template | None = None,
     ) -> None:
         self.function = function
         self.eof = False
-        read_fd, write_fd = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                runtime_command(
-                    package,
-                    "--handler",
-                    handler,
-                    "--function-name",
-                    function,
-                    "--memory",
-                    str(memory),
-                    "--reply-fd",
-                    str(write_fd),
-                    "--parent-pid",
-                    str(os.getpid()),
-                ),
-                stdin=subprocess.PIPE,
-                stdout=output,
-                stderr=output,
-                env=package_env(env, package),
-                cwd=str(package.task_root),
-                pass_fds=(write_fd,),
-                text=True,
-                # Its own process group: a Ctrl-C in the terminal reaches the supervisor only,
-                # which then stops the pool in order.
-                start_new_session=True,
-            )
-        finally:
-            os.close(write_fd)
-        self._reply_fd = read_fd
+        self.proc: Process
+        if template is not None:
+            self.proc, self._reply_fd = template.spawn(handler, function, memory)
+        else:
+            self.proc, self._reply_fd = _start_process(function, handler, memory, env, package, output)
         self._buffer = b""
         self.init_error: dict[str, Any] | None = None
         self.generation = 0  # which recycle() of its pool it was started after
@@ -235,6 +267,7 @@ class FunctionPool:
         on_invocation: Callable[[Invocation], None] | None = None,
         on_change: Callable[[FunctionPool], None] | None = None,
         history: int = 2000,
+        fork: bool | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("a function pool needs at least one process")
@@ -256,6 +289,11 @@ class FunctionPool:
         self.invocations: deque[Invocation] = deque(maxlen=history)
         self.replaced = 0
         self.generation = 0  # bumped by recycle(): processes of an older one are replaced
+        self._fork = forks_by_default() if fork is None else fork
+        self._template: Template | None = None
+        self._template_generation = 0
+        self._retired: list[Template] = []
+        self._template_lock = threading.Lock()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -286,6 +324,11 @@ class FunctionPool:
             rt.close(grace=1.0)
         if self._monitor is not None:
             self._monitor.join(timeout=5)
+        with self._template_lock:
+            templates = [*self._retired, *([self._template] if self._template is not None else [])]
+            self._template, self._retired = None, []
+        for template in templates:
+            template.close(grace=1.0)
 
     def pids(self) -> list[int]:
         with self._lock:
@@ -401,6 +444,7 @@ class FunctionPool:
     # ------------------------------------------------------------ internals
 
     def _spawn(self) -> Runtime:
+        generation = self.generation
         rt = Runtime(
             function=self.function,
             handler=self.handler,
@@ -408,9 +452,35 @@ class FunctionPool:
             env=self.env,
             package=self.package,
             output=self._output,
+            template=self._current_template(generation),
         )
-        rt.generation = self.generation
+        rt.generation = generation
         return rt
+
+    def _current_template(self, generation: int) -> Template | None:
+        """The template that forks this generation's processes: a new one after recycle() (new code,
+        new environment) or after the last one died; None where processes are not forked."""
+        if not self._fork:
+            return None
+        with self._template_lock:
+            if self._closed.is_set():
+                raise PoolClosed(self.function)
+            current = self._template
+            if current is not None and current.alive and self._template_generation == generation:
+                return current
+            if current is not None:
+                current.retire()  # its processes finish their invocations on the old code
+                self._retired.append(current)
+            self._retired = [t for t in self._retired if t.proc.poll() is None]
+            self._template = None
+            self._template = Template(
+                template_command(self.package, os.getpid()),
+                env=package_env(self.env, self.package),
+                cwd=self.package.task_root,
+                output=self._output,
+            )
+            self._template_generation = generation
+            return self._template
 
     def _retire(self, rt: Runtime) -> None:
         """Close a healthy process of an older generation and start its replacement."""
@@ -461,10 +531,12 @@ class FunctionPool:
             self.replaced += 1
         self._changed()  # the dead pid leaves the stack file at once
         while not self._closed.is_set():
-            new = self._spawn()
             try:
+                new = self._spawn()
                 new.wait_ready()
-            except RuntimeError:
+            except PoolClosed:
+                return
+            except RuntimeError:  # it did not start (nor its template): try again
                 time.sleep(0.5)
                 continue
             with self._lock:

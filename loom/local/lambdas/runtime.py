@@ -10,20 +10,30 @@ It makes the task root read-only, imports the handler once, then answers
 invocations read as JSON lines on stdin with JSON lines on a private reply
 pipe (stdout and stderr stay the function's own log streams). When stdin
 closes (the supervisor went away) it exits; and a watchdog thread ends it at
-once, even inside an invocation, when its parent (the supervisor) is gone, so a
-stack killed with SIGKILL leaves no process behind.
+once, even inside an invocation, when its parent is gone, so a stack killed with
+SIGKILL leaves no process behind.
+
+With ``--template`` it is a function's template instead: it sets up the same sandbox,
+imports the runtime's libraries (``--preload``, never the handler) and then forks one
+execution environment per request from the supervisor (:mod:`loom.local.lambdas.forkserver`),
+reaping each and reporting its exit status. Each fork then runs as the process above does.
 
     python -I -S bootstrap.py --handler functions.worker.handler --reply-fd N ...
+    python -I -S bootstrap.py --template --control-fd N --preload boto3 ...
     python -I -S bootstrap.py --check-imports workflows,myapp.flows
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import json
 import os
+import select
+import signal
+import socket
 import sys
 import threading
 import time
@@ -288,6 +298,126 @@ def watch_parent(parent: int, interval: float = 0.25) -> None:
     threading.Thread(target=run, name="parent-watch", daemon=True).start()
 
 
+# ---------------------------------------------------------------------- the template (fork server)
+
+
+def preload(modules: list[str]) -> None:
+    """Import the runtime's libraries once, for every fork to share.
+
+    A library that fails is left to fail again in the fork that imports it, where the handler's
+    import reports it as Lambda would.
+    """
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            continue
+
+
+def tell(control: socket.socket, message: dict[str, Any]) -> None:
+    control.send(json.dumps(message).encode())
+
+
+def reap(children: set[int], control: socket.socket) -> None:
+    """Report every child that has ended, with its exit code as Popen reports it (-N: signal N)."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        tell(control, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def become_instance(request: dict[str, Any], fds: list[int], template: int, inherited: list[int]) -> None:
+    """In a fresh fork: drop the template's channels, take the request's pipes, serve. Never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in inherited:
+            os.close(fd)
+        os.setsid()  # its own session, as the pool starts a process: a terminal's Ctrl-C is not its
+        stdin_fd, reply_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.close(stdin_fd)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  # the process's own stdin
+        args = argparse.Namespace(
+            handler=request["handler"],
+            function_name=request["function_name"],
+            memory=int(request["memory"]),
+            reply_fd=reply_fd,
+        )
+        sys.argv = [sys.argv[0], "--handler", args.handler, "--function-name", args.function_name]
+        watch_parent(template)
+        code = serve(args)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def fork_instance(request: dict[str, Any], fds: list[int], inherited: list[int]) -> int:
+    """The new environment's pid. The template keeps none of the request's pipes: a reply pipe
+    it held open would hide the environment's death from the supervisor."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    template = os.getpid()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            become_instance(request, fds, template, inherited)
+        return pid
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def serve_template(control: socket.socket, parent: int | None) -> int:
+    """Fork an environment per spawn request and report its end, until the supervisor is gone.
+
+    A retired template (the function's code changed) forks no more and leaves once its last
+    environment has ended: its environments watch it as their parent.
+    """
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(wake_w)  # a child's end wakes the select below
+    children: set[int] = set()
+    retiring = False
+    tell(control, {"ready": True, "pid": os.getpid()})
+    while not (retiring and not children):
+        if parent and os.getppid() != parent:
+            return 1
+        ready, _, _ = select.select([control.fileno(), wake_r], [], [], 0.25)
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+        reap(children, control)
+        if control.fileno() not in ready:
+            continue
+        data, fds, _flags, _addr = socket.recv_fds(control, 65536, 2)
+        if not data:
+            return 0  # the supervisor closed its end: stopping
+        request = json.loads(data)
+        if request.get("retire"):
+            retiring = True
+        elif len(fds) == 2 and not retiring:
+            pid = fork_instance(request, fds, [control.fileno(), wake_r, wake_w])
+            children.add(pid)
+            tell(control, {"spawned": request["spawn"], "pid": pid})
+        else:
+            for fd in fds:
+                os.close(fd)
+            tell(control, {"spawned": request.get("spawn"), "error": "the template forks no more"})
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bootstrap")
     parser.add_argument("--handler")
@@ -296,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-fd", type=int)
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     parser.add_argument("--check-imports", default=None, help="comma-separated modules to import, then exit")
+    parser.add_argument("--template", action="store_true", help="fork environments on request (--control-fd)")
+    parser.add_argument("--control-fd", type=int, default=None, help="the template's socket to the supervisor")
+    parser.add_argument("--preload", default="", help="comma-separated libraries the template imports")
     args = parser.parse_args(argv)
     task_root = os.environ.get("LAMBDA_TASK_ROOT", "")
     runtime_dir = os.environ.get("LAMBDA_RUNTIME_DIR", "")
@@ -304,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.addaudithook(read_only_guard(read_only_roots(task_root, runtime_dir)))
     if args.check_imports is not None:
         return check_imports([m.strip() for m in args.check_imports.split(",") if m.strip()])
+    if args.template:
+        if args.control_fd is None:
+            parser.error("--template needs --control-fd")
+        preload([m.strip() for m in args.preload.split(",") if m.strip()])
+        with socket.socket(fileno=args.control_fd) as control:
+            return serve_template(control, args.parent_pid)
     if not args.handler or args.reply_fd is None:
         parser.error("--handler and --reply-fd are needed to serve invocations")
     if args.parent_pid:
