@@ -42,6 +42,11 @@ look only at the expression, its names and the table's keys ran twice for every 
 lexed tokens are now kept by the condition's text, and those three passes are skipped for a
 parse, names and key schema they have already passed (see ``validate_update``).
 
+Then the commit's condition was still parsed twice a call, a dozen passes over its tokens each:
+a third of the commit's cost in a burst. A parse is now kept per thread by the condition's text,
+its names and its values' names and types, and each call puts its own values in the kept tree's
+value leaves (``parse_condition``).
+
 And its TransactWriteItems deep-copied every table a transaction names before running it, to
 put the copy back should the transaction be cancelled: a pass over the whole table per
 transaction. The 1,000-execution soak (fan-out items, callbacks and children commit by
@@ -364,6 +369,70 @@ def lex_condition_expression(self: Any) -> Any:
     return deque(_lexed(self.condition_expression))
 
 
+_moto_condition_parse = ConditionExpressionParser.parse
+_moto_make_operand = ConditionExpressionParser._make_operand
+AttributeValue: Any = getattr(_comparisons, "AttributeValue")  # noqa: B009  # untyped module
+_CONDITIONS_MAX = 512
+_conditions = threading.local()  # each thread its own trees: a kept tree is re-bound per call
+
+
+def _value_types(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((name, next(iter(v)) if isinstance(v, dict) and v else repr(v)) for name, v in values.items()))
+
+
+def parse_condition(self: Any) -> Any:
+    """moto's parse of a ConditionExpression, kept per thread by its text, names and value types.
+
+    An UpdateItem parsed its condition twice (the request layer for the names and values it uses,
+    the backend to run it), each a dozen passes over the tokens: a third of the engine's commit
+    in the emulator. A parse reads the values only to put each in an ``AttributeValue`` leaf
+    (and ``BETWEEN`` refuses a NULL bound), so the same text, names, value names and value types
+    give the same tree but for those leaves; a kept tree gets this call's values put back in its
+    leaves by moto's own ``AttributeValue.__init__``. moto evaluates a tree before it parses
+    another on the same thread (each condition of a transaction too), and a thread's trees are
+    its own, so a re-bound tree is never one still in use. A text that fails to parse fails again.
+    """
+    if type(self) is not ConditionExpressionParser or not self.condition_expression:
+        return _moto_condition_parse(self)
+    values = self.expression_attribute_values or {}
+    key = (
+        self.condition_expression,
+        tuple(sorted((self.expression_attribute_names or {}).items())),
+        _value_types(values),
+    )
+    kept: dict[Any, Any] | None = getattr(_conditions, "trees", None)
+    if kept is None:
+        kept = _conditions.trees = {}
+    entry = kept.get(key)
+    if entry is None:
+        self._loom_leaves = []
+        tree = _moto_condition_parse(self)
+        if len(kept) >= _CONDITIONS_MAX:
+            kept.clear()
+        kept[key] = (
+            tree,
+            tuple(self._loom_leaves),
+            tuple(self.expr_attr_names_found),
+            tuple(self.expr_attr_values_found),
+        )
+        return tree
+    tree, leaves, names_found, values_found = entry
+    for leaf, name in leaves:
+        AttributeValue.__init__(leaf, values[name])
+    self.expr_attr_names_found.extend(names_found)
+    self.expr_attr_values_found.extend(values_found)
+    return tree
+
+
+def make_operand(self: Any, node: Any) -> Any:
+    """moto's operand; a value leaf is noted with its placeholder while a kept parse is made."""
+    operand = _moto_make_operand(self, node)
+    leaves = getattr(self, "_loom_leaves", None)
+    if leaves is not None and node.kind == ConditionExpressionParser.Kind.EXPRESSION_ATTRIBUTE_VALUE:
+        leaves.append((operand, node.text))
+    return operand
+
+
 # The first three of UpdateExpressionValidator's ten passes check only the expression tree, its
 # attribute names and the table's key attributes (too many clauses, overlapping paths, a key
 # updated), and change nothing. Once they pass for one parse (kept by make_update_expression), one
@@ -532,6 +601,8 @@ def expression_replacements() -> list[tuple[object, str, Any]]:
         (validators.OverlappingPathsValidator, "traverse", read_only_traverse),
         (UpdateExpressionParser, "make", classmethod(make_update_expression)),
         (ConditionExpressionParser, "_lex_condition_expression", lex_condition_expression),
+        (ConditionExpressionParser, "parse", parse_condition),
+        (ConditionExpressionParser, "_make_operand", make_operand),
         (validators.Validator, "__init__", validator_init),
         (validators.UpdateExpressionValidator, "validate", validate_update),
     ]
