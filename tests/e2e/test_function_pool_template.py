@@ -15,7 +15,7 @@ import pytest
 
 from loom.local.lambdas.package import FunctionPackage, build
 from loom.local.lambdas.pool import FunctionPool
-from tests.e2e.support import wait_for
+from tests.e2e.support import alive, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -37,14 +37,6 @@ def _pool(package: FunctionPackage, handler: str, size: int = 2) -> FunctionPool
     ).start()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _parents(pool: FunctionPool) -> dict[int, int]:
     answers = [pool.invoke({}) for _ in range(pool.size)]  # idle processes are taken in turn
     assert all(a.outcome == "ok" for a in answers), [a.error for a in answers]
@@ -58,7 +50,7 @@ def test_a_dead_template_takes_its_processes_with_it_and_the_pool_forks_from_a_n
         (template,) = set(before.values())
         assert template != os.getpid()
         os.kill(template, signal.SIGKILL)
-        wait_for("the template's processes to die", lambda: not any(map(_alive, before)), timeout=10, every=0.05)
+        wait_for("the template's processes to die", lambda: not any(map(alive, before)), timeout=10, every=0.05)
         wait_for("two new processes", lambda: len(set(pool.pids()) - set(before)) == 2, timeout=20, every=0.05)
         after = _parents(pool)
         (new_template,) = set(after.values())
@@ -66,7 +58,7 @@ def test_a_dead_template_takes_its_processes_with_it_and_the_pool_forks_from_a_n
         assert pool.replaced == 2
     finally:
         pool.stop()
-    wait_for("the new template to exit with the pool", lambda: not _alive(new_template), timeout=10, every=0.05)
+    wait_for("the new template to exit with the pool", lambda: not alive(new_template), timeout=10, every=0.05)
 
 
 def test_a_retired_template_outlives_its_busy_process_then_leaves(package: FunctionPackage):
@@ -79,11 +71,11 @@ def test_a_retired_template_outlives_its_busy_process_then_leaves(package: Funct
         call.start()
         time.sleep(0.3)  # the invocation is under way
         pool.recycle()  # new code: the busy process finishes on the old one
-        assert _alive(template) and _alive(busy)
+        assert alive(template) and alive(busy)
         call.join(timeout=20)
         assert results and results[0].outcome == "ok"  # its template did not take it down
         assert pool.wait_recycled(timeout=20)
-        wait_for("the retired template to leave", lambda: not _alive(template), timeout=10, every=0.05)
+        wait_for("the retired template to leave", lambda: not alive(template), timeout=10, every=0.05)
         assert pool.invoke({"seconds": 0}).outcome == "ok"
     finally:
         pool.stop()

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from loom.local.emulator import moto_speed
+from tests.unit.test_moto_speed_expressions import install
 
 pytestmark = pytest.mark.unit
 
@@ -129,13 +130,6 @@ def outcomes() -> list[Any]:
                     out.append(("raised", operation, type(exc).__name__, str(exc)))
                 out.append(("table", sorted(map(repr, db.scan(TableName="t")["Items"]))))
     return out
-
-
-def install(monkeypatch: pytest.MonkeyPatch) -> None:
-    moto_speed._lexed.cache_clear()
-    moto_speed._conditions.__dict__.clear()
-    for owner, name, value in moto_speed.expression_replacements():
-        monkeypatch.setattr(owner, name, value, raising=False)
 
 
 def test_conditional_writes_answer_fail_and_leave_the_table_as_moto_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
