@@ -418,6 +418,11 @@ def serve_template(control: socket.socket, parent: int | None) -> int:
     return 0
 
 
+def module_names(text: str) -> list[str]:
+    """``--check-imports`` and ``--preload``: comma-separated, blanks ignored."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bootstrap")
     parser.add_argument("--handler")
@@ -436,11 +441,11 @@ def main(argv: list[str] | None = None) -> int:
     if task_root:
         sys.addaudithook(read_only_guard(read_only_roots(task_root, runtime_dir)))
     if args.check_imports is not None:
-        return check_imports([m.strip() for m in args.check_imports.split(",") if m.strip()])
+        return check_imports(module_names(args.check_imports))
     if args.template:
         if args.control_fd is None:
             parser.error("--template needs --control-fd")
-        preload([m.strip() for m in args.preload.split(",") if m.strip()])
+        preload(module_names(args.preload))
         with socket.socket(fileno=args.control_fd) as control:
             return serve_template(control, args.parent_pid)
     if not args.handler or args.reply_fd is None:
