@@ -55,6 +55,11 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: 
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def wait_taken(pool: Any) -> None:
+    """Until the pool's only idle process has been taken by an invocation (a thread's, under way)."""
+    wait_for("an invocation to take the pool's process", pool._idle.empty, timeout=15, every=0.01)
+
+
 def all_pids(info: dict[str, Any]) -> list[int]:
     pids = [info["supervisor_pid"], info["emulator_pid"]]
     for group in info["function_pids"].values():

@@ -19,6 +19,7 @@ import pytest
 from loom.local.lambdas import pool as pool_module
 from loom.local.lambdas.package import FunctionPackage, build
 from loom.local.lambdas.pool import FunctionPool
+from tests.e2e.support import wait_taken
 
 pytestmark = pytest.mark.e2e
 
@@ -326,8 +327,13 @@ def test_a_process_killed_mid_invocation_is_reported_killed_by_its_signal():
     pool = _pool("sleepy", timeout=30)
     try:
         victim = pool.pids()[0]
-        threading.Timer(0.5, os.kill, args=(victim, signal.SIGKILL)).start()
-        inv = pool.invoke({"seconds": 20})
+        results: list = []
+        call = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 20})))
+        call.start()
+        wait_taken(pool)
+        os.kill(victim, signal.SIGKILL)
+        call.join(timeout=20)
+        (inv,) = results
         assert inv.outcome == "crash"
         assert inv.error == {"errorType": "Runtime.ExitError", "errorMessage": "function process killed by signal 9"}
         assert _gone(victim) and pool.pids() != [victim]

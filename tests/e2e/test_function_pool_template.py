@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from loom.local.lambdas.package import FunctionPackage, build
 from loom.local.lambdas.pool import FunctionPool
-from tests.e2e.support import alive, wait_for
+from tests.e2e.support import alive, wait_for, wait_taken
 
 pytestmark = [
     pytest.mark.e2e,
@@ -66,10 +65,10 @@ def test_a_retired_template_outlives_its_busy_process_then_leaves(package: Funct
     try:
         (busy,) = pool.pids()
         template = int(Path(f"/proc/{busy}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        call = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
         results: list = []
+        call = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
         call.start()
-        time.sleep(0.3)  # the invocation is under way
+        wait_taken(pool)
         pool.recycle()  # new code: the busy process finishes on the old one
         assert alive(template) and alive(busy)
         call.join(timeout=20)

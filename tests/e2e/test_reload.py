@@ -12,6 +12,7 @@ import pytest
 from loom.local.lambdas.package import FunctionPackage
 from loom.local.lambdas.pool import FunctionPool
 from loom.local.stack import LocalStack, StackOptions
+from tests.e2e.support import wait_taken
 
 pytestmark = pytest.mark.e2e
 
@@ -49,14 +50,6 @@ def test_recycle_replaces_idle_processes_with_ones_that_import_the_code_again():
         pool.stop()
 
 
-def _wait_taken(pool) -> None:
-    """Until the pool's only process is taken by an invocation."""
-    deadline = time.monotonic() + 15
-    while not pool._idle.empty():
-        assert time.monotonic() < deadline, "the invocation never took the pool's process"
-        time.sleep(0.01)
-
-
 def test_an_invocation_under_way_finishes_on_its_code_then_its_process_is_replaced():
     pool = _pool("sleepy")
     try:
@@ -64,7 +57,7 @@ def test_an_invocation_under_way_finishes_on_its_code_then_its_process_is_replac
         results = []
         busy = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
         busy.start()
-        _wait_taken(pool)
+        wait_taken(pool)
         pool.recycle()
         busy.join(timeout=30)
         assert results and results[0].outcome == "ok" and results[0].pid == old
@@ -103,7 +96,7 @@ def test_deploy_env_returns_only_when_an_invocation_under_way_has_ended(tmp_path
         began = time.monotonic()
         busy = threading.Thread(target=lambda: results.append(pool.invoke({"seconds": 1.5})))
         busy.start()
-        _wait_taken(pool)
+        wait_taken(pool)
         stack.deploy_env({"LOOM_X": "2"})
         assert time.monotonic() - began >= 1.5, "the deploy returned while the old code still ran"
         assert old not in pool.pids()
