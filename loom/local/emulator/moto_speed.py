@@ -75,7 +75,7 @@ from moto.dynamodb.parsing import validators
 from moto.sqs import models
 from moto.sqs.exceptions import InvalidAttributeName
 
-from loom.local.emulator import moto_index
+from loom.local.emulator import moto_index, moto_scan
 
 # moto's expression modules carry no types (``# type: ignore`` at their top): reach them untyped.
 ast_nodes: Any = _ast_nodes
@@ -163,7 +163,7 @@ class _Partition:
         return getattr(self._table, name)
 
     def all_items(self) -> list[Any]:
-        return _moto_all_items(self)  # type: ignore[arg-type]  # moto reads only what the view has
+        return moto_scan.all_items(self)  # moto's order over only what the view has
 
 
 class _Matching:
@@ -196,7 +196,7 @@ class _Matching:
         return getattr(self._table, name)
 
     def all_items(self) -> list[Any]:
-        return _moto_all_items(self)  # type: ignore[arg-type]  # moto reads only what the view has
+        return moto_scan.all_items(self)  # moto's order over only what the view has
 
 
 def _matches(item: Any, conditions: list[tuple[str, Any]]) -> bool:
@@ -211,7 +211,6 @@ def _matches(item: Any, conditions: list[tuple[str, Any]]) -> bool:
 
 
 _moto_query = Table.query
-_moto_all_items = Table.all_items
 
 
 def query_partition(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
@@ -614,6 +613,7 @@ def apply() -> None:
         setattr(owner, name, value)
     serialize.BaseJSONSerializer._serialize_type_structure = serialize_structure  # type: ignore[method-assign]
     Table.query = query_partition  # type: ignore[method-assign]
+    moto_scan.install()
     dynamodb_models.copy = _TablesKept()
     dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items
     models.Queue.messages = property(visible_messages)  # type: ignore[assignment,method-assign]
