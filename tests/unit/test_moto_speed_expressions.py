@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import boto3
@@ -268,3 +269,35 @@ def test_the_expression_only_checks_run_once_per_parse_names_and_keys(monkeypatc
         other_names = {**CALLS[0], "ExpressionAttributeNames": {"#s": "state", "#r": "result", "#n": "name", "#e": "e"}}
         db.update_item(TableName="t", Key={**KEY, "SK": {"S": "STEP#9"}}, **other_names)
     assert once >= 1 and runs["n"] == 2 * once, "checked again for other names only"
+
+
+def _shape(node: Any, seen: dict[int, int]) -> Any:
+    """A node's structure: its class and fields, a node met again named by the order it was first met."""
+    if id(node) in seen:
+        return ("again", seen[id(node)])
+    if isinstance(node, list):
+        return [_shape(v, seen) for v in node]
+    if not hasattr(node, "__dict__"):
+        return repr(node)
+    seen[id(node)] = len(seen)
+    return (type(node).__name__, {k: _shape(v, seen) for k, v in sorted(node.__dict__.items())})
+
+
+def _objects(node: Any, out: set[int]) -> set[int]:
+    if id(node) in out or not (isinstance(node, list) or hasattr(node, "__dict__")):
+        return out
+    out.add(id(node))
+    for value in node if isinstance(node, list) else node.__dict__.values():
+        _objects(value, out)
+    return out
+
+
+def test_a_tree_copy_is_deepcopy_s_and_shares_nothing_with_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validators change the copy; the kept parse must not change with it."""
+    tree = moto_speed._moto_make(moto_speed.UpdateExpressionParser, COMMIT)
+    monkeypatch.setattr(moto_speed.ast_nodes.Node, "__deepcopy__", None, raising=False)  # deepcopy's own way
+    expected = _shape(copy.deepcopy(tree), {})
+    install(monkeypatch)
+    mine = copy.deepcopy(tree)
+    assert _shape(mine, {}) == expected
+    assert _objects(mine, set()).isdisjoint(_objects(tree, set()))
