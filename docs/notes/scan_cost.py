@@ -4,7 +4,7 @@ soak's, with and without the emulator's Scan (``moto_scan.scan``).
 
 moto in-process, the table as template.yaml makes it, filled through the engine's own store (an
 execution item and six step records per execution, as a soak's chains write them), the two ways
-alternated round by round. Used by docs/notes/2026-12-07-ttl-scan.md:
+alternated round by round. Used by docs/notes/2026-12-07-night-speed.md:
 
     PYTHONPATH=$PWD .venv/bin/python docs/notes/scan_cost.py
 """

@@ -285,50 +285,8 @@ def read_only_traverse(self: Any, node: Any) -> Any:
 
 
 _IS_NODE: dict[type, bool] = {}
-_PROCESSES: dict[tuple[type, type], bool] = {}  # (validator class, node class): does it process such nodes
-_HOOKED: dict[type, bool] = {}  # validator class: does it look at each child before its visit
 _NO_HOOK = ast_nodes.DepthFirstTraverser.pre_processing_of_child
-
-
-def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
-    """moto's depth-first, bottom-up traversal, asking "is it a node, is it one I process" once per class.
-
-    moto asks ``isinstance`` against its abstract base classes for every node of every pass (a
-    Python-level ABC check each); no node class is registered virtually, and every validator's
-    node types are a literal of its class, so the two classes decide. A child that is not a node
-    (a name, a value) is not visited (moto's visit returns it unchanged), and the hook before each
-    child is called only by a validator that has one: seven passes a call over ~70 nodes made
-    these calls a tenth of the emulator's time in a burst.
-    """
-    cls = type(node)
-    is_node = _IS_NODE.get(cls)
-    if is_node is None:
-        is_node = _IS_NODE[cls] = issubclass(cls, ast_nodes.Node)
-    if not is_node:
-        return node
-    parent_node = node.parent
-    children = node.children
-    if children is not None:
-        kind = type(self)
-        hooked = _HOOKED.get(kind)
-        if hooked is None:
-            hooked = _HOOKED[kind] = kind.pre_processing_of_child is not _NO_HOOK
-        visit = self.traverse_node_recursively
-        for i, child_node in enumerate(children):
-            if hooked:
-                self.pre_processing_of_child(node, i)
-            if _IS_NODE.get(type(child_node), True):  # a class not seen yet: the visit records it
-                visit(child_node, i)
-    key = (type(self), cls)
-    processes = _PROCESSES.get(key)
-    if processes is None:
-        processes = _PROCESSES[key] = issubclass(cls, self.nodes_to_be_processed())
-    if processes:
-        node = self.process(node)
-        node.parent = parent_node
-        if parent_node:
-            parent_node.children[child_id] = node
-    return node
+_moto_traverse_node = ast_nodes.DepthFirstTraverser.traverse_node_recursively
 
 
 _MISSING = object()
@@ -348,14 +306,19 @@ def _handler_key(self: Any, cls: type) -> Any:
 
 
 def traverse(self: Any, node: Any) -> Any:
-    """moto's ``traverse``: one depth-first, bottom-up pass, as ``traverse_node_recursively`` makes it,
-    with the pass's hook, processors and per-class answers held in the pass's own locals.
+    """moto's ``traverse``: one depth-first, bottom-up pass, as its ``traverse_node_recursively`` makes
+    it, asking "is it a node, is it one I process, by which processor" once per class, with the
+    pass's hook and processors in the pass's own locals.
 
-    Seven such passes a call over ~70 nodes made the per-node method and dict lookups the emulator's
-    biggest single cost in a burst (its UpdateItem's validation).
+    moto asked ``isinstance`` against its abstract base classes for every node of every pass (a
+    Python-level ABC check each), and looked its hook, map and methods up per node; seven passes a
+    call over ~70 nodes made that the emulator's biggest single cost in a burst (its UpdateItem's
+    validation). No node class is registered virtually, and every validator's node types are a
+    literal of its class, so the two classes decide. A child that is not a node (a name, a value)
+    is not visited: moto's visit returns it unchanged.
     """
     kind = type(self)
-    if kind.traverse_node_recursively is not traverse_node_recursively:
+    if kind.traverse_node_recursively is not _moto_traverse_node:  # a traversal of its own: moto's path
         return self.traverse_node_recursively(node)
     pre = self.pre_processing_of_child if kind.pre_processing_of_child is not _NO_HOOK else None
     processors = processing_map(self)
@@ -693,7 +656,6 @@ def expression_replacements() -> list[tuple[object, str, Any]]:
         (core_responses, "method_names_from_class", method_names_from_class),
         (ast_nodes.DepthFirstTraverser, "nodes_to_be_processed", nodes_to_be_processed),
         (ast_nodes.DepthFirstTraverser, "process", process),
-        (ast_nodes.DepthFirstTraverser, "traverse_node_recursively", traverse_node_recursively),
         (ast_nodes.DepthFirstTraverser, "traverse", traverse),
         (ast_nodes.Node, "find_clauses", find_clauses),
         (ast_nodes.Node, "__deepcopy__", copy_node),
