@@ -10,9 +10,11 @@ that the machine's drift hits both. Used by docs/notes/2026-12-07-fork-server.md
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
 
 import boto3
 from moto import mock_aws
@@ -35,15 +37,21 @@ def timed(store: DynamoStore) -> float:
     return (time.perf_counter() - began) / CALLS * 1000
 
 
+@contextlib.contextmanager
+def commit_store() -> Iterator[DynamoStore]:
+    """The engine's store on template.yaml's table, in moto in-process (docs/notes/validation_cost.py too)."""
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        refs = create_resources(session)
+        yield DynamoStore(session.client("dynamodb"), refs["Table"], 4)
+
+
 def main() -> None:
     parser = moto_speed.ConditionExpressionParser
     for owner, name, value in moto_speed.expression_replacements():
         setattr(owner, name, value)
     kept, moto = [], []
-    with mock_aws():
-        session = boto3.Session(region_name="us-east-1")
-        refs = create_resources(session)
-        store = DynamoStore(session.client("dynamodb"), refs["Table"], 4)
+    with commit_store() as store:
         for _ in range(ROUNDS):
             parser.parse = moto_speed.parse_condition
             kept.append(timed(store))

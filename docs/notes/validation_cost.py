@@ -11,30 +11,14 @@ that the machine's drift hits both. Used by docs/notes/2026-12-07-night-speed.md
 from __future__ import annotations
 
 import statistics
-import time
-import uuid
 
-import boto3
-from moto import mock_aws
+from condition_parse import CALLS, commit_store, timed  # the same commit, store and timing
 
-from engine.adapters.dynamodb import DynamoStore
-from engine.state import Attempt, AttemptOutcome
 from loom.local.emulator import moto_speed
-from loom.template import create_resources
 
 ROUNDS = 10
-CALLS = 200
 Traverser = moto_speed.ast_nodes.DepthFirstTraverser
 Node = moto_speed.ast_nodes.Node
-
-
-def timed(store: DynamoStore) -> float:
-    execution = uuid.uuid4().hex
-    attempt = Attempt(attempt=1, started_at=1796660000.1, finished_at=1796660000.5, outcome=AttemptOutcome.COMPLETED)
-    began = time.perf_counter()
-    for index in range(CALLS):
-        store.commit_step(execution, index, f"step{index}", attempt, {"ok": True})
-    return (time.perf_counter() - began) / CALLS * 1000
 
 
 def main() -> None:
@@ -42,10 +26,7 @@ def main() -> None:
     for owner, name, value in moto_speed.expression_replacements():
         setattr(owner, name, value)
     ours, moto = [], []
-    with mock_aws():
-        session = boto3.Session(region_name="us-east-1")
-        refs = create_resources(session)
-        store = DynamoStore(session.client("dynamodb"), refs["Table"], 4)
+    with commit_store() as store:
         for _ in range(ROUNDS):
             Traverser.traverse, Node.__deepcopy__ = moto_speed.traverse, moto_speed.copy_node
             ours.append(timed(store))
