@@ -74,6 +74,32 @@ def _passes(item: Any, filters: dict[str, Any]) -> bool:
     return True
 
 
+def _page(
+    table: Any, filters: dict[str, Any], limit: int, start_key: dict[str, Any] | None, filter_expression: Any
+) -> tuple[list[Any], int, dict[str, Any] | None] | None:
+    """One page of a whole-table Scan as moto's loop reads it (before the projection); None where
+    moto would read ``results[-1]`` of an empty page, so that moto answers that itself."""
+    items = all_items(table)
+    start = 0 if start_key is None else _resume_at(table, items, start_key)
+    kept: list[Any] = []
+    read, size, scanned = 0, 0, 0
+    last: Any = None  # the last item read that passed the ScanFilter: the page's end
+    for item in items[start:]:
+        item_size = item.size()
+        if read == limit or size + item_size > RESULT_SIZE_LIMIT:
+            if last is None:
+                return None
+            return kept, scanned, table._get_last_evaluated_key(last, None)
+        if _passes(item, filters):
+            read += 1
+            size += item_size
+            last = item
+            if filter_expression is None or filter_expression.expr(item):
+                kept.append(copy.deepcopy(item))
+        scanned += 1
+    return kept, scanned, None
+
+
 def scan(
     self: Any,
     filters: dict[str, Any],
@@ -85,35 +111,16 @@ def scan(
     projection_expression: list[list[str]] | None = None,
     segments: tuple[None, None] | tuple[int, int] = (None, None),
 ) -> tuple[list[Any], int, dict[str, Any] | None]:
-    """moto's ``Table.scan`` for a whole table; an index or a segment goes to moto's own."""
-    if index_name or segments != (None, None):
+    """moto's ``Table.scan`` for a whole table; an index, a segment or an empty page's edge goes to moto's own."""
+    page = None
+    if not index_name and segments == (None, None):
+        page = _page(self, filters, limit, exclusive_start_key, filter_expression)
+    if page is None:
         return _moto_scan(
             self, filters, limit, exclusive_start_key, filter_expression, index_name, consistent_read,
             projection_expression, segments,
         )  # fmt: skip
-    items = all_items(self)
-    start = 0 if exclusive_start_key is None else _resume_at(self, items, exclusive_start_key)
-    kept: list[Any] = []
-    read, size, scanned = 0, 0, 0
-    last: Any = None  # the last item read that passed the ScanFilter: the page's end
-    last_key: dict[str, Any] | None = None
-    for item in items[start:]:
-        item_size = item.size()
-        if read == limit or size + item_size > RESULT_SIZE_LIMIT:
-            if last is None:  # moto reads results[-1] of an empty page: let it answer the same way
-                return _moto_scan(
-                    self, filters, limit, exclusive_start_key, filter_expression, index_name, consistent_read,
-                    projection_expression, segments,
-                )  # fmt: skip
-            last_key = self._get_last_evaluated_key(last, None)
-            break
-        if _passes(item, filters):
-            read += 1
-            size += item_size
-            last = item
-            if filter_expression is None or filter_expression.expr(item):
-                kept.append(copy.deepcopy(item))
-        scanned += 1
+    kept, scanned, last_key = page
     if projection_expression:
         kept = [found.project(projection_expression) for found in kept]
     return kept, scanned, last_key
