@@ -18,28 +18,35 @@ from chaos.target import CHAOS_WORKFLOWS, PURGE, TIME, Target
 
 NAME = "lost_timer"
 FAULT = "delayed wake/retry messages deleted"
+# How long each execution may take to reach its wait, and the timers to reach the queue after
+# their checkpoints: together shorter than the timers (chaos.workflows.LOST_TIMER_SECONDS).
+SEE_WAIT = 60.0
+SEE_TIMERS = 5.0
 
 
 def run(t: Target, r: Result) -> None:
     napper, backer = new_id(NAME, 0), new_id(NAME, 1)
     with Watcher(t, interval=0.1) as w:
         w.add(napper, backer)
-        t.start("chaos_nap", {}, napper)
+        t.start("chaos_lost_nap", {}, napper)
         t.start("chaos_backoff", {"fail_first": 1}, backer)
         waiting = {
-            **w.wait([napper], lambda ex: ex.status.value == "SLEEPING", timeout=60, what="SLEEPING"),
-            **w.wait([backer], lambda ex: ex.attempt == 2 and ex.ready_at is not None, timeout=60, what="a backoff"),
+            **w.wait([napper], lambda ex: ex.status.value == "SLEEPING", timeout=SEE_WAIT, what="SLEEPING"),
+            **w.wait(
+                [backer], lambda ex: ex.attempt == 2 and ex.ready_at is not None, timeout=SEE_WAIT, what="a backoff"
+            ),
         }
         # A checkpoint is written before its delayed message is sent, so the watcher can see
         # both waits a moment before both timers are in the queue: purge only once they are.
-        before = faults.wait_depth(t, lambda d: d.get("Delayed", 0) >= len(waiting), timeout=5)
+        before = faults.wait_depth(t, lambda d: d.get("Delayed", 0) >= len(waiting), timeout=SEE_TIMERS)
         faults.purge(t)  # the only API that reaches delayed messages
         lost_at = time.time()
         after = faults.queue_depth(t)
-        # The nap's end comes in real time; the retry's lease is ~2 leases off, so travel there.
-        # The jump moves the functions' clock for both, so the due times are read after it.
+        # Both timers are minutes off (the retry's lease two leases past its delay): travel to half a
+        # second before the later one, so both fall due within the sweeper's next ticks. The jump
+        # moves the functions' clock for both, so the due times are read after it.
         fn_now = t.clock().now()
-        skip = max(0.0, (waiting[backer].next_wake_at or fn_now) - fn_now - 0.5)
+        skip = max(0.0, max(ex.next_wake_at or fn_now for ex in waiting.values()) - fn_now - 0.5)
         t.advance_time(skip)
         fn_now, wall = t.clock().now(), time.time()
         due_wall = {eid: wall + max(0.0, (ex.next_wake_at or fn_now) - fn_now) for eid, ex in waiting.items()}
@@ -58,7 +65,7 @@ def run(t: Target, r: Result) -> None:
     r.recovered(lost_at, recovered)
     r.evidence.update(depth_before=before, depth_after=after, lateness=late, time_travel=skip)
     verify(r, t, w, [napper, backer])
-    r.expect(before.get("Delayed", 0) >= 1, f"no delayed message was pending to lose: {before}")
+    r.expect(before.get("Delayed", 0) >= len(waiting), f"not every timer was pending to lose: {before}")
     r.expect(after.get("Delayed", 0) == 0, f"delayed messages survived the purge: {after}")
     for eid, v in late.items():
         r.expect(-1.0 <= v <= 6.0, f"{eid} woke {v}s from next_wake_at (sweeper tick is ~1s)")

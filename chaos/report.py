@@ -55,7 +55,22 @@ def render_table(results: Sequence[Result]) -> str:
     failed = sum(r.status == FAIL for r in results)
     skipped = sum(r.status == SKIP for r in results)
     out.append(f"{passed} passed, {failed} failed, {skipped} skipped")
+    out.extend(_failures(results))
     return "\n".join(out)
+
+
+def _failures(results: Sequence[Result]) -> list[str]:
+    """Every failed scenario again, whole, below the totals: a CI log is often read from its tail,
+    and a row in the table's middle keeps only its first violation, wrapped."""
+    lines: list[str] = []
+    for r in results:
+        if r.status != FAIL:
+            continue
+        lines.append(f"FAILED {r.name}: observed {r.observed or '-'}")
+        lines.extend(f"  violation: {v}" for v in r.violations or ["failed"])
+        lines.extend(f"  the machine stood still: {stall}" for stall in r.evidence.get("stalls", []))
+        lines.extend(f"  {line}" for line in r.reason.splitlines()[-12:])
+    return lines
 
 
 def to_json(results: Sequence[Result], extra: dict[str, Any] | None = None) -> str:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from chaos import SCENARIOS
+from chaos import SCENARIOS, stall
 from chaos.scenario import FAIL, Result, Scenario, execute
 from chaos.stackctl import chaos_stack
 from chaos.target import Target
@@ -71,14 +71,17 @@ def run_all(
     """Run the named scenarios (all by default), one after another, on one target."""
     chosen = [scenario(n) for n in (names or SCENARIOS)]
     results: list[Result] = []
-    with open_target(
-        stack,
-        emulator=emulator,
-        running=running,
-        stack_name=stack_name,
-        sqs_standard_chaos=sqs_standard_chaos,
-        sqs_chaos_seed=sqs_chaos_seed,
-    ) as target:
+    with (
+        open_target(
+            stack,
+            emulator=emulator,
+            running=running,
+            stack_name=stack_name,
+            sqs_standard_chaos=sqs_standard_chaos,
+            sqs_chaos_seed=sqs_chaos_seed,
+        ) as target,
+        stall.StallWatch() as watch,
+    ):
         if out is not None:
             print(
                 f"chaos: {len(chosen)} scenario(s) against {target.kind} ({target.describe()})",
@@ -86,16 +89,42 @@ def run_all(
                 flush=True,
             )
         for sc in chosen:
-            if out is not None:
-                print(f"chaos: {sc.name}: {sc.fault} ...", file=out, flush=True)
-            result = execute(sc, target)
-            results.append(result)
-            if out is not None:
-                extra = f" ({result.reason.splitlines()[0]})" if result.status == "SKIP" and result.reason else ""
-                first = f" - {result.violations[0]}" if result.status == FAIL and result.violations else ""
-                print(
-                    f"chaos: {sc.name}: {result.status} in {result.duration_seconds:.1f}s{extra}{first}",
-                    file=out,
-                    flush=True,
-                )
+            results.append(run_one(sc, target, watch, out))
     return results
+
+
+def run_one(sc: Scenario, target: Target, watch: stall.StallWatch, out: TextIO | None) -> Result:
+    """One scenario; run once more if it failed while the machine stood still (chaos/stall.py)."""
+    first: tuple[Result, list[stall.Stall]] | None = None
+    while True:
+        if out is not None:
+            print(f"chaos: {sc.name}: {sc.fault} ...", file=out, flush=True)
+        result = execute(sc, target)
+        began = result.started_at or 0.0
+        stalls = watch.within(began, began + result.duration_seconds)
+        if stalls:
+            result.evidence["stalls"] = stall.evidence(stalls)
+        again = stall.verdict(result.status == FAIL, stalls, already_rerun=first is not None)
+        _progress(out, sc, result, f"{stall.describe(stalls)}: running it again" if again is stall.Rerun.AGAIN else "")
+        if again is stall.Rerun.KEEP:
+            break
+        first = (result, stalls)
+    if first is not None:
+        failed, stood = first
+        result.observed += (
+            f"; run twice: {stall.describe(stood)} during the first run, which failed"
+            f" ({len(failed.violations)} violation(s))"
+        )
+        result.evidence["first_run"] = {"violations": failed.violations, "stalls": stall.evidence(stood)}
+    return result
+
+
+def _progress(out: TextIO | None, sc: Scenario, result: Result, note: str) -> None:
+    if out is None:
+        return
+    extra = f" ({result.reason.splitlines()[0]})" if result.status == "SKIP" and result.reason else ""
+    first = f" - {result.violations[0]}" if result.status == FAIL and result.violations else ""
+    tail = f"; {note}" if note else ""
+    print(
+        f"chaos: {sc.name}: {result.status} in {result.duration_seconds:.1f}s{extra}{first}{tail}", file=out, flush=True
+    )

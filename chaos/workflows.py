@@ -107,6 +107,20 @@ class Nap:
     steps = [_plain("before"), sleep(seconds=4, name="nap"), _plain("after")]
 
 
+# The lost-timer scenario's timers: longer than the scenario waits for both executions to reach
+# their waits, so neither delayed message fires on its own before the purge however loaded the
+# machine. With 4 s timers, an execution that reached its wait 4 s before the other had its
+# message delivered, not lost, and the scenario failed on a loaded machine.
+LOST_TIMER_SECONDS = 300
+
+
+@workflow("chaos_lost_nap")
+class LostNap:
+    """A sleep whose delayed wake the lost-timer scenario deletes before it can fire."""
+
+    steps = [_plain("before"), sleep(seconds=LOST_TIMER_SECONDS, name="nap"), _plain("after")]
+
+
 @workflow("chaos_long_nap")
 class LongNap:
     """A sleep past SQS's 15-minute delay: only the sweeper can wake it (time travel gets there)."""
@@ -125,11 +139,14 @@ def flaky(ctx: StepContext) -> dict[str, Any]:
 
 @workflow("chaos_backoff")
 class Backoff:
-    """A retry that waits a few seconds in a delayed message: the timer the lost-timer scenario deletes."""
+    """A retry that waits in a delayed message: the other timer the lost-timer scenario deletes."""
 
     steps = [
         _plain("first"),
-        step(flaky, retry=RetryPolicy(max_attempts=3, base=4, max_delay=4, jitter="none")),
+        step(
+            flaky,
+            retry=RetryPolicy(max_attempts=3, base=LOST_TIMER_SECONDS, max_delay=LOST_TIMER_SECONDS, jitter="none"),
+        ),
         _plain("last"),
     ]
 

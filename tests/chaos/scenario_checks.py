@@ -116,7 +116,7 @@ def _redeploy(r: Result) -> None:
 
 
 def _lost_timer(r: Result) -> None:
-    assert r.evidence["depth_before"]["Delayed"] >= 1 and r.evidence["depth_after"]["Delayed"] == 0
+    assert r.evidence["depth_before"]["Delayed"] == 2 and r.evidence["depth_after"]["Delayed"] == 0
     assert all(-1.0 <= v <= 6.0 for v in r.evidence["lateness"].values())
 
 

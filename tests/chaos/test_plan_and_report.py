@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import random
 import xml.etree.ElementTree as ET
 
@@ -11,8 +12,10 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from chaos.report import render_table, to_json, write_junit
-from chaos.scenario import FAIL, PASS, SKIP, Result
+from chaos.runner import run_one
+from chaos.scenario import FAIL, PASS, SKIP, Result, Scenario
 from chaos.soak import TIMED_KINDS, SoakSummary, _Injector, make_plan
+from chaos.stall import Stall
 from chaos.throttle import ThrottleProxy
 
 pytestmark = pytest.mark.chaos
@@ -36,11 +39,29 @@ def test_table_json_and_junit(tmp_path) -> None:
     results = [
         Result("duplicate_delivery", "copies", "9 copies", "all stale", "3 checked", "PASS", 1.5),
         Result("throttling", "throttle", status=SKIP, reason="throttle: no proxy"),
-        Result("crash_mid_step", "kill", status=FAIL, violations=["x: ran 3 times", "y"]),
+        Result(
+            "crash_mid_step",
+            "kill",
+            status=FAIL,
+            violations=["x: ran 3 times", "y"],
+            reason="Traceback\nboom",
+            evidence={"stalls": [{"at": 1.0, "seconds": 3.0}]},
+        ),
     ]
     table = render_table(results)
     assert "duplicate_delivery" in table and "1 passed, 1 failed, 1 skipped" in table
     assert "x: ran 3 times (+1 more)" in table
+    # Below the totals, the failed scenario again with every violation and its error's last lines.
+    tail = table.split("1 passed, 1 failed, 1 skipped", 1)[1].splitlines()
+    assert tail == [
+        "",
+        "FAILED crash_mid_step: observed -",
+        "  violation: x: ran 3 times",
+        "  violation: y",
+        "  the machine stood still: {'at': 1.0, 'seconds': 3.0}",
+        "  Traceback",
+        "  boom",
+    ]
     assert '"ok": false' in to_json(results)
     root = ET.parse(write_junit(results, tmp_path / "j.xml")).getroot()
     suite = root.find("testsuite")
@@ -156,6 +177,19 @@ def test_wait_depth_returns_once_the_timers_are_queued_and_gives_up_at_its_deadl
     assert seen["Delayed"] == 1 and 5.0 < t.now - 0.15 <= 5.1, "a timer that never comes is not waited for forever"
 
 
+def test_lost_timer_s_timers_outlast_its_wait_for_both_executions() -> None:
+    """Both timers must still be pending at the purge, however late the second execution reaches its
+    wait: with 4 s timers, one that came 4 s before the other was delivered, not lost, and the run failed."""
+    from chaos import lost_timer, workflows
+    from engine.workflow import SleepSpec
+
+    nap = next(s for s in workflows.LostNap.spec.steps if isinstance(s, SleepSpec))  # type: ignore[attr-defined]
+    retry = workflows.Backoff.spec.steps[1].retry  # type: ignore[attr-defined]
+    before_purge = 2 * lost_timer.SEE_WAIT + lost_timer.SEE_TIMERS
+    assert nap.seconds > before_purge and retry.base > before_purge and retry.max_delay >= retry.base
+    assert max(nap.seconds, retry.max_delay) <= 900, "longer than SQS's delay: no delayed message to lose"
+
+
 class _Paused:
     """A machine paused mid-run: its wall clock moves on, its monotonic clock stands still."""
 
@@ -201,3 +235,51 @@ def test_a_wall_clock_stepped_back_draws_no_mark_before_the_run() -> None:
     r.started_at = 1_000.0
     r.recovered(990.0, 1_003.0)
     assert [(m["start"], m["end"]) for m in r.timeline] == [(0.0, 0.0), (0.0, 3.0)]
+
+
+class _Watch:
+    """A stall watch whose stalls the test sets: each run of a scenario sees the next list."""
+
+    def __init__(self, *per_run: list[Stall]) -> None:
+        self.per_run = list(per_run)
+
+    def within(self, start: float, end: float) -> list[Stall]:
+        return self.per_run.pop(0) if self.per_run else []
+
+
+def _flaky_scenario(fails: int) -> tuple[Scenario, list[int]]:
+    runs: list[int] = []
+
+    def run(_target: object, r: Result) -> None:
+        runs.append(1)
+        r.observed = f"run {len(runs)}"
+        r.expect(len(runs) > fails, f"run {len(runs)}: a second delivery happened")
+
+    return Scenario("stalled", "a planned fault", (), run), runs
+
+
+def test_a_failure_while_the_machine_stood_still_runs_once_more_and_says_so() -> None:
+    stood = [Stall(at=1.0, seconds=9.0, wall_gap=9.25, monotonic_gap=0.25)]
+    sc, runs = _flaky_scenario(fails=1)
+    out = io.StringIO()
+    result = run_one(sc, _Bare(), _Watch(stood, []), out)  # type: ignore[arg-type]
+    assert len(runs) == 2 and result.status == PASS
+    assert result.observed == (
+        "run 2; run twice: the machine stood still 9.0s during the first run, which failed (1 violation(s))"
+    )
+    assert result.evidence["first_run"] == {
+        "violations": ["run 1: a second delivery happened"],
+        "stalls": [{"at": 1.0, "seconds": 9.0, "wall_gap": 9.25, "monotonic_gap": 0.25}],
+    }
+    assert "FAIL in" in out.getvalue() and "the machine stood still 9.0s: running it again" in out.getvalue()
+
+
+def test_a_failure_with_the_machine_running_stands_and_a_stalled_rerun_is_not_run_a_third_time() -> None:
+    sc, runs = _flaky_scenario(fails=5)
+    result = run_one(sc, _Bare(), _Watch([]), None)  # type: ignore[arg-type]
+    assert len(runs) == 1 and result.status == FAIL and "first_run" not in result.evidence
+    stood = [Stall(at=1.0, seconds=3.0, wall_gap=3.25, monotonic_gap=3.25)]
+    sc, runs = _flaky_scenario(fails=5)
+    result = run_one(sc, _Bare(), _Watch(stood, stood, stood), None)  # type: ignore[arg-type]
+    assert len(runs) == 2 and result.status == FAIL
+    assert result.evidence["stalls"] == result.evidence["first_run"]["stalls"], "both runs' stalls are kept"
