@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos import SCENARIOS
-from chaos.runner import scenario
-from chaos.scenario import execute
+from chaos.runner import run_one, scenario
+from chaos.stall import StallWatch
 from loom.local.emulator import clock as offset_clock
 
 MAX_RUNS = 50  # kept in memory, newest last
@@ -140,7 +140,9 @@ class Kit:
 
     def _execute(self, sc: Any, record: ChaosRun) -> None:
         try:
-            result = execute(sc, self._target())
+            # As `loom chaos` runs it: once more if it failed while the machine stood still.
+            with StallWatch() as watch:
+                result = run_one(sc, self._target(), watch, None)
             record.status, record.injected, record.observed = result.status, result.injected, result.observed
             record.invariant, record.recovery_seconds = result.invariant, result.recovery_seconds
             record.reason, record.violations = result.reason, list(result.violations)
