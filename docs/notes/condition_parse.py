@@ -10,11 +10,10 @@ that the machine's drift hits both. Used by docs/notes/2026-12-07-fork-server.md
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import boto3
 from moto import mock_aws
@@ -37,29 +36,37 @@ def timed(store: DynamoStore) -> float:
     return (time.perf_counter() - began) / CALLS * 1000
 
 
-@contextlib.contextmanager
-def commit_store() -> Iterator[DynamoStore]:
-    """The engine's store on template.yaml's table, in moto in-process (docs/notes/validation_cost.py too)."""
+def alternated(rounds: int, ours: Callable[[], None], moto: Callable[[], None]) -> tuple[float, float]:
+    """Median ms of the engine's commit (template.yaml's table, moto in-process with the emulator's
+    replacements), with ``ours`` then ``moto`` set up, round by round, so that the machine's drift
+    hits both (docs/notes/validation_cost.py too)."""
+    for owner, name, value in moto_speed.expression_replacements():
+        setattr(owner, name, value)
+    with_ours, with_moto = [], []
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
-        refs = create_resources(session)
-        yield DynamoStore(session.client("dynamodb"), refs["Table"], 4)
+        store = DynamoStore(session.client("dynamodb"), create_resources(session)["Table"], 4)
+        for _ in range(rounds):
+            ours()
+            with_ours.append(timed(store))
+            moto()
+            with_moto.append(timed(store))
+    return statistics.median(with_ours), statistics.median(with_moto)
+
+
+def _parse(kept: bool) -> Callable[[], None]:
+    def set_up() -> None:
+        parse = moto_speed.parse_condition if kept else moto_speed._moto_condition_parse
+        moto_speed.ConditionExpressionParser.parse = parse
+
+    return set_up
 
 
 def main() -> None:
-    parser = moto_speed.ConditionExpressionParser
-    for owner, name, value in moto_speed.expression_replacements():
-        setattr(owner, name, value)
-    kept, moto = [], []
-    with commit_store() as store:
-        for _ in range(ROUNDS):
-            parser.parse = moto_speed.parse_condition
-            kept.append(timed(store))
-            parser.parse = moto_speed._moto_condition_parse
-            moto.append(timed(store))
+    kept, moto = alternated(ROUNDS, _parse(kept=True), _parse(kept=False))
     print(f"the engine's commit, moto in-process with the emulator's replacements, median of {ROUNDS} x {CALLS}:")
-    print(f"  condition parsed every call: {statistics.median(moto):.3f} ms")
-    print(f"  condition parse kept:        {statistics.median(kept):.3f} ms")
+    print(f"  condition parsed every call: {moto:.3f} ms")
+    print(f"  condition parse kept:        {kept:.3f} ms")
 
 
 if __name__ == "__main__":
