@@ -39,4 +39,8 @@ def test_a_pause_of_the_whole_machine_is_seen_and_never_fails_the_table(chaos_ta
     assert row.status == PASS, row.violations
     if "first_run" in row.evidence:  # the pause broke the first run: the row says so, and why
         assert "run twice: the machine stood still" in row.observed
-        assert row.evidence["first_run"]["violations"]
+        broken = row.evidence["first_run"]["violations"]
+        assert broken
+        # What a pause may break is the scenario's own "nothing ran twice"; the engine's invariants
+        # (one commit a step, effects once, versions +1), reported per execution, must still hold.
+        assert not [v for v in broken if v.startswith("chaos-")], broken
