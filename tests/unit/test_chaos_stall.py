@@ -30,32 +30,38 @@ def test_only_a_failure_during_a_stall_runs_again_and_only_once() -> None:
 
 
 class _Clocks:
-    """Both clocks, moved by the test; the watch's thread reads them."""
+    """Both clocks, moved by the test; the watch's thread reads them. Reads before and after the
+    step are counted apart: reads before it pile up while the test waits, and must not be taken
+    for looks at the moved clock."""
 
     def __init__(self) -> None:
         self.wall, self.mono = 1_000.0, 50.0
         self.lock = threading.Lock()
+        self.stepped = False
+        self.before, self.after = threading.Semaphore(0), threading.Semaphore(0)
+
+    def read_wall(self) -> float:
+        with self.lock:
+            (self.after if self.stepped else self.before).release()
+            return self.wall
 
     def step(self, wall: float, mono: float) -> None:
         with self.lock:
             self.wall += wall
             self.mono += mono
+            self.stepped = True
 
 
 def test_the_watch_records_a_stall_and_finds_it_by_the_run_it_overlaps() -> None:
     clocks = _Clocks()
-    looks = threading.Semaphore(0)
-
-    def wall() -> float:
-        looks.release()
-        return clocks.wall
-
-    watch = StallWatch(interval=0.001, limit=LIMIT, wall=wall, monotonic=lambda: clocks.mono)
+    watch = StallWatch(interval=0.001, limit=LIMIT, wall=clocks.read_wall, monotonic=lambda: clocks.mono)
     with watch:
-        assert looks.acquire(timeout=5)
+        assert clocks.before.acquire(timeout=5), "the watch never looked"
         clocks.step(wall=12.0, mono=0.0)  # paused: the wall clock jumped, the monotonic one stood still
+        # The first look at the moved clock records the stall before the watch reads the wall
+        # clock again: three reads after the step mean it was judged, and two quiet looks after it.
         for _ in range(3):
-            assert looks.acquire(timeout=5)
+            assert clocks.after.acquire(timeout=5), "the watch stopped looking"
     assert len(watch.stalls) == 1 and watch.stalls[0].seconds > 11.9
     assert watch.within(1_005.0, 1_006.0) == watch.stalls, "a run inside the stall overlaps it"
     assert watch.within(900.0, 999.0) == [] and watch.within(1_013.0, 1_020.0) == []
