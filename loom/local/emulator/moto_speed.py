@@ -60,6 +60,7 @@ import copy
 import functools
 import threading
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from moto import backends
@@ -68,6 +69,7 @@ from moto.core import serialize
 from moto.core.utils import unix_time, unix_time_millis
 from moto.dynamodb import comparisons as _comparisons
 from moto.dynamodb import models as _dynamodb_models
+from moto.dynamodb.models import dynamo_type as _dynamo_type
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import ast_nodes as _ast_nodes
 from moto.dynamodb.parsing import expressions as _expressions
@@ -79,6 +81,8 @@ from loom.local.emulator import moto_index, moto_scan
 
 # moto's expression modules carry no types (``# type: ignore`` at their top): reach them untyped.
 ast_nodes: Any = _ast_nodes
+dynamo_type: Any = _dynamo_type
+ITEM_BOUND = 405_000  # moto's LimitedSizeDict bound (DynamoDB's is 400 KB)
 core_responses: Any = _core_responses
 UpdateExpressionParser: Any = getattr(_expressions, "UpdateExpressionParser")  # noqa: B009  # untyped module
 ConditionExpressionParser: Any = getattr(_comparisons, "ConditionExpressionParser")  # noqa: B009  # untyped module
@@ -508,11 +512,81 @@ _checked: dict[tuple[Any, ...], Any] = {}  # key -> the parse it was for (held, 
 _CHECKED_MAX = 4096
 _moto_validator_init = validators.Validator.__init__
 
+# A new item's UpdateItem is validated twice by moto: against an empty placeholder before the
+# item is made (so that an invalid update makes nothing), then against the item it made, which
+# holds only its key attributes. Of the ten passes only the attribute-resolving one reads the item,
+# so when the expression names no key attribute the second validation can only repeat the
+# first's answer: it is handed the first's validated tree (moto ignores the first's), never
+# validating again. The engine's commit writes a new step item every step.
+_fresh = threading.local()  # .first: the last placeholder validation of this thread, for its second
+_names_keys: dict[tuple[Any, ...], tuple[Any, bool]] = {}  # as _checked: key -> (parse, answer)
 
-def validator_init(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
-    """moto's Validator.__init__, remembering the parse it was given (moto deep-copies it)."""
+
+@dataclass(frozen=True)
+class _FirstPass:
+    """A new item's validation against its placeholder: what moto's second validation may reuse."""
+
+    source: Any  # the kept parse both validators are given
+    names: Any  # the request's own dicts, held (identity is their test, so their ids stay theirs)
+    values: Any
+    table: Any
+    tree: Any  # the validated tree the first validation returned
+
+    def serves(self, source: Any, names: Any, values: Any, item: Any, table: Any) -> bool:
+        """True for the same call's second validator: same parse, dicts and table, an item holding
+        only its key attributes, and an expression that names none of them."""
+        if source is not self.source or names is not self.names or values is not self.values:
+            return False
+        keys = table.table_key_attrs
+        return table is self.table and set(item.attrs) <= set(keys) and not _names_a_key(source, names, keys)
+
+
+def _attribute_names(node: Any, names: dict[str, str], out: set[str]) -> set[str]:
+    """Every attribute an expression tree names, placeholders resolved (an unknown one as itself)."""
+    if isinstance(node, ast_nodes.ExpressionAttribute):
+        out.add(node.get_attribute_name())
+    elif isinstance(node, ast_nodes.ExpressionAttributeName):
+        placeholder = node.get_attribute_name_placeholder()
+        out.add(names.get(placeholder, placeholder))
+    for child in getattr(node, "children", None) or ():
+        if isinstance(child, ast_nodes.Node):
+            _attribute_names(child, names, out)
+    return out
+
+
+def _names_a_key(source: Any, names: Any, keys: list[str]) -> bool:
+    key = (id(source), tuple(sorted((names or {}).items())), tuple(keys))
+    kept = _names_keys.get(key)
+    if kept is not None and kept[0] is source:
+        return kept[1]
+    answer = not _attribute_names(source, names or {}, set()).isdisjoint(keys)
+    if len(_names_keys) >= _CHECKED_MAX:
+        _names_keys.clear()
+    _names_keys[key] = (source, answer)
+    return answer
+
+
+def validator_init(
+    self: Any, expression: Any, expression_attribute_names: Any, expression_attribute_values: Any, item: Any, table: Any
+) -> None:
+    """moto's Validator.__init__, remembering the parse it was given (moto deep-copies it); a new
+    item's second validator takes the first's validated tree instead (see ``_FirstPass``)."""
+    names, values = expression_attribute_names, expression_attribute_values
+    first, _fresh.first = getattr(_fresh, "first", None), None
+    if first is not None and first.serves(expression, names, values, item, table):
+        self.__dict__.update(
+            expression_attribute_names=names,
+            expression_attribute_values=values,
+            item=item,
+            table=table,
+            processors=[],
+            node_to_validate=first.tree,
+            _loom_source=expression,
+            _loom_validated=True,
+        )
+        return
     self.__dict__["_loom_source"] = expression
-    _moto_validator_init(self, expression, *args, **kwargs)
+    _moto_validator_init(self, expression, names, values, item, table)
 
 
 def _checked_key(self: Any) -> tuple[Any, ...]:
@@ -522,6 +596,8 @@ def _checked_key(self: Any) -> tuple[Any, ...]:
 
 def validate_update(self: Any) -> Any:
     """moto's UpdateExpressionValidator.validate, less the expression-only checks already passed."""
+    if self.__dict__.get("_loom_validated"):
+        return self.node_to_validate
     key = _checked_key(self)
     source = self.__dict__.get("_loom_source")
     known = source is not None and _checked.get(key) is source
@@ -534,7 +610,34 @@ def validate_update(self: Any) -> Any:
         if len(_checked) >= _CHECKED_MAX:
             _checked.clear()
         _checked[key] = source
+    if source is not None and not self.item.attrs:  # the placeholder of an item not yet made
+        _fresh.first = _FirstPass(
+            source, self.expression_attribute_names, self.expression_attribute_values, self.table, node
+        )
     return node
+
+
+# ------------------------------------------------------------------ an item's construction
+
+# moto's item dict checks the 405,000-byte bound on every attribute it is given, by summing the
+# sizes of all the attributes already in it: building an item of n attributes sizes n(n+1)/2 of
+# them (210 for an execution item, on every PutItem). Sizes are never negative, so the running
+# total first passes the bound at the same attribute whether it is summed anew each time or kept:
+# the item is built in moto's order, each value sized once, and fails where moto's would.
+_moto_item_init = dynamo_type.Item.__init__
+
+
+def item_init(self: Any, hash_key: Any, range_key: Any, attrs: dict[str, Any]) -> None:
+    """moto's Item.__init__: the same item, or the same error at the same attribute, in one pass."""
+    self.hash_key, self.range_key = hash_key, range_key
+    self.attrs = made = dynamo_type.LimitedSizeDict()
+    total = 0
+    for key, raw in attrs.items():
+        value = dynamo_type.DynamoType(raw)
+        total += dynamo_type.bytesize(key) + value.size()
+        if total > ITEM_BOUND:
+            raise dynamo_type.ItemSizeTooLarge
+        dict.__setitem__(made, key, value)
 
 
 # ------------------------------------------------------------------ TransactWriteItems
@@ -678,6 +781,7 @@ def apply() -> None:
     Table.query = query_partition  # type: ignore[method-assign]
     moto_scan.install()
     dynamodb_models.copy = _TablesKept()
+    dynamo_type.Item.__init__ = item_init
     dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items
     models.Queue.messages = property(visible_messages)  # type: ignore[assignment,method-assign]
     models.Queue.approximate_number_of_messages_not_visible = property(count_not_visible)  # type: ignore[assignment,method-assign]
