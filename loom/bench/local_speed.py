@@ -13,10 +13,13 @@ the figures come from what the engine wrote: each step's ``finished_at`` in the 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +43,17 @@ START_THREADS = 8  # concurrent start requests: "at once", within what the contr
 DONE = ("COMPLETED", "FAILED", "CANCELLED")
 METER_ENV = "LOOM_EMULATOR_METER"
 METER_EVERY = 0.5  # seconds between the emulator's writes of its meter (RequestMeter.run's default)
+# This machine's CPU runs the same code up to half again slower from one minute to the next (a
+# shared host): every figure is printed beside the CPU a fixed piece of work took just before and
+# after, so that runs are compared at the same speed (docs/notes/2026-12-08-machine-speed.md).
+REFERENCE_ROUNDS = 1000
+REFERENCE_REPEATS = 5
+_REFERENCE_ITEM = {
+    "PK": {"S": "EXEC#0123456789abcdef"},
+    "SK": {"S": "STEP#0003#charge"},
+    "attempts": {"L": [{"S": json.dumps({"attempt": n, "outcome": "COMPLETED"})} for n in range(4)]},
+    **{f"field{n:02d}": {"N": str(n * 1.25)} for n in range(16)},
+}
 
 
 @dataclass(frozen=True)
@@ -247,6 +261,22 @@ def run_lone(stack: LocalStack, n: int, workflow: str, timeout: float) -> dict[s
     return gap_figures(histories)
 
 
+def reference_cpu_ms() -> float:
+    """CPU milliseconds (this thread's) of a fixed piece of the stack's kind of work: an item's JSON
+    both ways, a SigV4-style HMAC chain, a dict walk. The median of a few short repeats, so that a
+    context switch does not count; lower is a faster machine."""
+    took = []
+    for _ in range(REFERENCE_REPEATS):
+        began = time.thread_time()
+        for n in range(REFERENCE_ROUNDS):
+            text = json.dumps(_REFERENCE_ITEM, sort_keys=True)
+            key = hmac.new(b"AWS4secret", str(n).encode(), hashlib.sha256).digest()
+            hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+            sum(len(k) + len(next(iter(v))) for k, v in json.loads(text).items())
+        took.append((time.thread_time() - began) * 1000)
+    return round(statistics.median(took), 2)
+
+
 def run(
     state_dir: Path,
     *,
@@ -268,16 +298,19 @@ def run(
     began = time.time()
     meter = state_dir / "emulator-meter.json"
     os.environ[METER_ENV] = str(meter)  # the emulator inherits it: CPU per operation (loom.local.emulator.moto_http)
+    reference_before = reference_cpu_ms()
     with LocalStack(options) as stack:
         workers_used = len(stack.worker_pids())
         lone_figures = run_lone(stack, lone, workflow, timeout)  # first: on an empty table, as a user's first run
         burst_figures_ = run_burst(stack, burst, workflow, timeout, meter)
+    reference_after = reference_cpu_ms()
     return {
         "machine": {
             "nproc": os.cpu_count(),
             "python": platform.python_version(),
             "moto": moto.__version__,
             "load_average": os.getloadavg(),
+            "reference_cpu_ms": {"before": reference_before, "after": reference_after},
             "total_seconds": round(time.time() - began, 1),
         },
         "parameters": {"burst": burst, "lone": lone, "workflow": workflow, "workers": workers_used},
@@ -300,6 +333,8 @@ def render(result: Mapping[str, Any]) -> str:
         "burst CPU ms per step: "
         + ", ".join(f"{role} {ms:.1f}" for role, ms in sorted(b["cpu_ms_per_step"].items()))
         + f" (load average {result['machine']['load_average'][0]:.2f})",
+        "machine speed: the reference work took {before:.2f} ms of CPU before the run, {after:.2f} ms after "
+        "(lower is faster; read the figures against it)".format(**result["machine"]["reference_cpu_ms"]),
         "emulator, by operation (requests per step, CPU ms per step, CPU ms per request):",
     ]
     ops = sorted(b["emulator_by_operation"].items(), key=lambda kv: -kv[1]["cpu_ms_per_step"])

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from loom.bench import local_speed
 from loom.bench.local_speed import (
     TARGET_GAP_MS,
     TARGET_STEPS_PER_SECOND,
@@ -86,3 +87,43 @@ def test_the_emulator_meter_names_operations_by_their_target(tmp_path) -> None:
     assert json.loads((tmp_path / "m.json").read_text()) == {
         "dynamodb.GetItem": {"requests": 2, "cpu_seconds": pytest.approx(0.006)}
     }
+
+
+def test_the_reference_work_is_timed_on_this_thread_s_cpu_as_a_median(monkeypatch) -> None:
+    # Five repeats taking 10, 30, 20, 11 and 500 ms of this thread's CPU: the outlier (a context
+    # switch, a neighbour) does not move the figure.
+    ticks = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.020, 3.0, 3.011, 4.0, 4.500])
+    monkeypatch.setattr(local_speed.time, "thread_time", lambda: next(ticks))
+    monkeypatch.setattr(local_speed, "REFERENCE_ROUNDS", 1)
+    assert local_speed.reference_cpu_ms() == 20.0
+    assert next(ticks, None) is None, "every repeat is timed"
+
+
+def test_the_figures_are_printed_beside_the_machine_s_speed() -> None:
+    burst = {
+        "completed": 100,
+        "executions": 100,
+        "steps": 1000,
+        "seconds": 5.0,
+        "steps_per_second": 200.0,
+        "start_requests_seconds": 1.0,
+        "cpu_ms_per_step": {"WorkerFunction": 3.0, "emulator": 4.0},
+        "emulator_by_operation": {},
+    }
+    lone = {
+        "completed": 10,
+        "executions": 10,
+        "gaps": 90,
+        "gap_ms": {"p50": 7.0, "p90": 9.0, "max": 20.0},
+        "first_step_ms": {"p50": 900},
+    }
+    result = {
+        "machine": {"load_average": (1.0, 1.0, 1.0), "reference_cpu_ms": {"before": 24.5, "after": 31.25}},
+        "parameters": {"workers": 2, "workflow": "plain_steps"},
+        "burst": burst,
+        "lone": lone,
+        "checks": checks(burst, lone),
+    }
+    text = local_speed.render(result)
+    assert "the reference work took 24.50 ms of CPU before the run, 31.25 ms after" in text
+    assert "200.0 steps/s" in text and "p50 7.00 ms" in text
