@@ -1,0 +1,93 @@
+"""Milliseconds of the engine's two writes a step in moto with the emulator's replacements: its
+commit (``DynamoStore.commit_step``, an UpdateItem that makes a new step item) with a new item
+validated once or twice, and its advance (``DynamoStore.put_execution``, a PutItem of the
+execution item) with the item built in one pass or by moto's own constructor.
+
+moto in-process, the table as template.yaml makes it, the two ways alternated round by round so
+that the machine's drift hits both. Used by docs/notes/2026-12-08-machine-speed.md:
+
+    PYTHONPATH=$PWD .venv/bin/python docs/notes/new_item_cost.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from dataclasses import replace
+
+import boto3
+from condition_parse import CALLS, alternated  # the same commit, store, timing and alternation
+from moto import mock_aws
+from moto.dynamodb.models import dynamo_type
+
+from engine.adapters.dynamodb import DynamoStore
+from engine.state import Execution, Status
+from loom.local.emulator import moto_speed
+from loom.template import create_resources
+
+ROUNDS = 8
+SERVES = moto_speed._FirstPass.serves
+
+
+def _once() -> None:
+    moto_speed._FirstPass.serves = SERVES  # type: ignore[method-assign]
+
+
+def _twice() -> None:
+    moto_speed._FirstPass.serves = lambda *_: False  # type: ignore[method-assign]
+
+
+def _advance(store: DynamoStore) -> float:
+    ex = Execution(
+        id=uuid.uuid4().hex,
+        workflow="plain_steps",
+        status=Status.RUNNING,
+        current_step=0,
+        version=1,
+        input={"n": 1},
+        context={},
+        created_at=1796660000.0,
+        updated_at=1796660000.0,
+        next_wake_at=1796660100.0,
+        attempt_started_at=1796660000.0,
+        fingerprint="f" * 16,
+        workflow_version=1,
+    )
+    store.create_execution(ex)
+    began = time.perf_counter()
+    for _ in range(CALLS):
+        new = replace(ex, current_step=ex.current_step + 1, version=ex.version + 1)
+        store.put_execution(new, expected_version=ex.version, expected_step=ex.current_step)
+        ex = new
+    return (time.perf_counter() - began) / CALLS * 1000
+
+
+def advances() -> tuple[float, float]:
+    """Median ms of the advance with the item built in one pass, then by moto's constructor."""
+    for owner, name, value in moto_speed.expression_replacements():
+        setattr(owner, name, value)
+    ours, moto = [], []
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        store = DynamoStore(session.client("dynamodb"), create_resources(session)["Table"], 4)
+        for _ in range(ROUNDS):
+            dynamo_type.Item.__init__ = moto_speed.item_init
+            ours.append(_advance(store))
+            dynamo_type.Item.__init__ = moto_speed._moto_item_init
+            moto.append(_advance(store))
+    return statistics.median(ours), statistics.median(moto)
+
+
+def main() -> None:
+    once, twice = alternated(ROUNDS, _once, _twice)
+    built, moto_built = advances()
+    print(f"moto in-process with the emulator's replacements, median of {ROUNDS} x {CALLS}:")
+    print(f"  the commit, a new item validated twice (moto): {twice:.3f} ms")
+    print(f"  the commit, a new item validated once:         {once:.3f} ms")
+    print(f"  the advance, the item built by moto:           {moto_built:.3f} ms")
+    print(f"  the advance, the item built in one pass:       {built:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
