@@ -8,6 +8,7 @@ from moto import mock_aws
 from moto.sqs import models
 
 from loom.local.emulator import moto_speed
+from tests.unit.moto_tables import pk_sk_table
 
 pytestmark = pytest.mark.unit
 
@@ -137,16 +138,7 @@ ITEM = {
 
 
 def dynamo_answers() -> list[dict]:
-    ddb = boto3.client("dynamodb", region_name="us-east-1")
-    ddb.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    ddb = pk_sk_table()
     ddb.put_item(TableName="t", Item=ITEM)
     key = {"PK": ITEM["PK"], "SK": ITEM["SK"]}
     answers = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import backends, mock_aws
@@ -13,6 +12,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.parsing import validators
 
 from loom.local.emulator import moto_speed
+from tests.unit.moto_tables import pk_sk_table
 
 pytestmark = pytest.mark.unit
 
@@ -124,37 +124,28 @@ CALLS: list[dict[str, Any]] = [
 ]
 
 
-def _table() -> Any:
-    db = boto3.client("dynamodb", region_name="us-east-1")
-    db.create_table(
-        TableName="t",
-        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return db
-
-
 def outcomes() -> list[Any]:
     """Every call's answer (or error code and message) and the item after it, twice over (the second pass
     reads what the parse cache kept)."""
     out: list[Any] = []
     with mock_aws():
-        db = _table()
+        db = pk_sk_table()
         for _ in range(2):
             db.delete_item(TableName="t", Key=KEY)
             for call in CALLS:
-                try:
-                    answer = db.update_item(TableName="t", Key=KEY, **call)
-                    answer.pop("ResponseMetadata", None)
-                    out.append(("ok", answer))
-                except ClientError as exc:
-                    out.append(("error", exc.response["Error"], exc.response.get("Item")))
-                out.append(("item", db.get_item(TableName="t", Key=KEY).get("Item")))
+                out += updated(db, KEY, call)
     return out
+
+
+def updated(db: Any, key: dict[str, Any], call: dict[str, Any]) -> list[Any]:
+    """One update's answer (or error code, message and returned item), then the item after it."""
+    try:
+        answer = db.update_item(TableName="t", Key=key, **call)
+        answer.pop("ResponseMetadata", None)
+        seen: list[Any] = [("ok", answer)]
+    except ClientError as exc:
+        seen = [("error", exc.response["Error"], exc.response.get("Item"))]
+    return [*seen, ("item", db.get_item(TableName="t", Key=key).get("Item"))]
 
 
 def new_item_outcomes() -> list[Any]:
@@ -162,16 +153,9 @@ def new_item_outcomes() -> list[Any]:
     error and the item after it: moto validates each twice, before making the item and after."""
     out: list[Any] = []
     with mock_aws():
-        db = _table()
+        db = pk_sk_table()
         for index, call in enumerate([*CALLS, NAMES_A_KEY, READS_A_KEY]):
-            key = {**KEY, "SK": {"S": f"STEP#{index:04d}"}}
-            try:
-                answer = db.update_item(TableName="t", Key=key, **call)
-                answer.pop("ResponseMetadata", None)
-                out.append(("ok", answer))
-            except ClientError as exc:
-                out.append(("error", exc.response["Error"], exc.response.get("Item")))
-            out.append(("item", db.get_item(TableName="t", Key=key).get("Item")))
+            out += updated(db, {**KEY, "SK": {"S": f"STEP#{index:04d}"}}, call)
     return out
 
 
@@ -229,7 +213,7 @@ def test_a_new_item_is_validated_once(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch)
     items = _validations(monkeypatch)
     with mock_aws():
-        db = _table()
+        db = pk_sk_table()
         db.update_item(TableName="t", Key=KEY, **CALLS[0])
         assert items == [{}], "the engine's commit on a new item: the placeholder's validation, reused"
         items.clear()
@@ -247,7 +231,7 @@ def test_a_first_validation_serves_only_an_expression_naming_no_key() -> None:
     # moto refuses such an expression before the pass that reads the item (a key "cannot be
     # updated"), so the two validations never disagree there today; the test keeps that true.
     with mock_aws():
-        _table()
+        pk_sk_table()
         table = backends.get_backend("dynamodb")["123456789012"]["us-east-1"].get_table("t")
         first = moto_speed._FirstPass(parse, names, COMMIT_VALUES, table, tree=object())
         made = _item({"PK": {"S": "p"}, "SK": {"S": "s"}})
@@ -265,7 +249,7 @@ def test_a_first_validation_is_reused_only_by_its_own_call(monkeypatch: pytest.M
     install(monkeypatch)
     items = _validations(monkeypatch)
     with mock_aws():
-        db = _table()
+        db = pk_sk_table()
         db.update_item(TableName="t", Key=KEY, **CALLS[0])
         moto_speed._fresh.first = moto_speed._FirstPass(*(object(),) * 5)  # left by a call that failed after it
         items.clear()
@@ -303,7 +287,7 @@ def test_a_validator_builds_its_processing_map_once_not_per_node(monkeypatch: py
 
     monkeypatch.setattr(validators.ActionCountValidator, "_processing_map", counted)
     with mock_aws():
-        db = _table()
+        db = pk_sk_table()
         db.update_item(TableName="t", Key=KEY, **CALLS[0])
         by_moto = builds["n"]
         install(monkeypatch)
@@ -365,7 +349,7 @@ def test_the_expression_only_checks_run_once_per_parse_names_and_keys(monkeypatc
 
     monkeypatch.setattr(validators.OverlappingPathsValidator, "check_for_overlapping_paths", counted)
     with mock_aws():
-        db = _table()
+        db = pk_sk_table()
         for i in range(3):  # new items: each validated twice by moto (before it exists, and after)
             db.update_item(TableName="t", Key={**KEY, "SK": {"S": f"STEP#{i}"}}, **CALLS[0])
         once = runs["n"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.dynamodb.models import dynamo_type
 
 from loom.local.emulator import moto_speed
+from tests.unit.moto_tables import pk_sk_table
 
 pytestmark = pytest.mark.unit
 
@@ -81,16 +81,7 @@ def put_answers() -> list[Any]:
     """PutItem at, just over and far over the bound, then what the table holds."""
     out: list[Any] = []
     with mock_aws():
-        db = boto3.client("dynamodb", region_name="us-east-1")
-        db.create_table(
-            TableName="t",
-            KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}, {"AttributeName": "SK", "KeyType": "RANGE"}],
-            AttributeDefinitions=[
-                {"AttributeName": "PK", "AttributeType": "S"},
-                {"AttributeName": "SK", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        db = pk_sk_table()
         for attrs in (at_bound(0), at_bound(1), {**at_bound(0), "more": {"S": "x" * 1000}}, ITEMS[1]):
             try:
                 db.put_item(TableName="t", Item=attrs)

@@ -12,7 +12,7 @@ from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models.table import Table
 
 from loom.local.emulator import moto_speed
-from tests.unit.test_moto_speed_expressions import _table as pk_sk_table
+from tests.unit.moto_tables import pk_sk_table
 
 pytestmark = pytest.mark.unit
 
