@@ -1,7 +1,8 @@
 """Milliseconds of the engine's two writes a step in moto with the emulator's replacements: its
 commit (``DynamoStore.commit_step``, an UpdateItem that makes a new step item) with a new item
 validated once or twice, and its advance (``DynamoStore.put_execution``, a PutItem of the
-execution item) with the item built in one pass or by moto's own constructor.
+execution item) with the item built in one pass or by moto's own constructor, and with the
+request's attribute values taken as they came or walked by moto's parser.
 
 moto in-process, the table as template.yaml makes it, the two ways alternated round by round so
 that the machine's drift hits both. Used by docs/notes/2026-12-08-machine-speed.md:
@@ -14,11 +15,13 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 import boto3
 from condition_parse import CALLS, alternated  # the same commit, store, timing and alternation
 from moto import mock_aws
+from moto.core import parse
 from moto.dynamodb.models import dynamo_type
 
 from engine.adapters.dynamodb import DynamoStore
@@ -63,30 +66,48 @@ def _advance(store: DynamoStore) -> float:
     return (time.perf_counter() - began) / CALLS * 1000
 
 
-def advances() -> tuple[float, float]:
-    """Median ms of the advance with the item built in one pass, then by moto's constructor."""
+def advances(ours: Callable[[], None], moto: Callable[[], None]) -> tuple[float, float]:
+    """Median ms of the advance with ``ours`` then ``moto`` set up, round by round."""
     for owner, name, value in moto_speed.expression_replacements():
         setattr(owner, name, value)
-    ours, moto = [], []
+    with_ours, with_moto = [], []
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         store = DynamoStore(session.client("dynamodb"), create_resources(session)["Table"], 4)
         for _ in range(ROUNDS):
-            dynamo_type.Item.__init__ = moto_speed.item_init
-            ours.append(_advance(store))
-            dynamo_type.Item.__init__ = moto_speed._moto_item_init
-            moto.append(_advance(store))
-    return statistics.median(ours), statistics.median(moto)
+            ours()
+            with_ours.append(_advance(store))
+            moto()
+            with_moto.append(_advance(store))
+    return statistics.median(with_ours), statistics.median(with_moto)
+
+
+def _built(ours: bool) -> Callable[[], None]:
+    def set_up() -> None:
+        dynamo_type.Item.__init__ = moto_speed.item_init if ours else moto_speed._moto_item_init
+
+    return set_up
+
+
+def _parsed(ours: bool) -> Callable[[], None]:
+    def set_up() -> None:
+        parse.BaseJSONParser._parse_structure = moto_speed.parse_structure if ours else moto_speed._moto_parse_structure
+
+    return set_up
 
 
 def main() -> None:
     once, twice = alternated(ROUNDS, _once, _twice)
-    built, moto_built = advances()
+    built, moto_built = advances(_built(ours=True), _built(ours=False))
+    dynamo_type.Item.__init__ = moto_speed.item_init
+    taken, walked = advances(_parsed(ours=True), _parsed(ours=False))
     print(f"moto in-process with the emulator's replacements, median of {ROUNDS} x {CALLS}:")
     print(f"  the commit, a new item validated twice (moto): {twice:.3f} ms")
     print(f"  the commit, a new item validated once:         {once:.3f} ms")
     print(f"  the advance, the item built by moto:           {moto_built:.3f} ms")
     print(f"  the advance, the item built in one pass:       {built:.3f} ms")
+    print(f"  and its values walked by moto's parser:        {walked:.3f} ms")
+    print(f"  and its values taken as they came:             {taken:.3f} ms")
 
 
 if __name__ == "__main__":

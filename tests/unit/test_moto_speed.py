@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
+
 import boto3
+import botocore.session
 import pytest
 from moto import mock_aws
+from moto.core import parse as moto_parse
 from moto.sqs import models
 
 from loom.local.emulator import moto_speed
@@ -374,3 +379,74 @@ def test_an_index_query_reads_only_items_with_its_hash_key_and_answers_as_moto_d
     with mock_aws():
         assert index_query_answers() == moto_s
     assert held and max(held) < 20, "each index query's view held one shard's items, not the table's 80"
+
+
+BLOB = base64.b64encode(b"\x00\xffraw").decode()
+KEY_P = {"PK": {"S": "p"}}
+WIRE_ITEM = {k: v for k, v in ITEM.items() if k not in ("blob", "blobs", "mixed")}  # no binary: all in wire form
+# Request bodies as botocore sends them: every attribute type, binary (base64 on the wire) deep
+# inside maps and lists, and values moto must parse its own way (null, two types, a number as a number).
+REQUESTS: list[tuple[str, dict]] = [
+    ("PutItem", {"TableName": "t", "Item": WIRE_ITEM, "ConditionExpression": "attribute_not_exists(PK)"}),
+    ("PutItem", {"TableName": "t", "Item": {**WIRE_ITEM, "blob": {"B": BLOB}, "blobs": {"BS": [BLOB]}}}),
+    ("PutItem", {"TableName": "t", "Item": {"PK": {"S": "p"}, "m": {"M": {"deep": {"L": [{"B": BLOB}]}}}}}),
+    ("PutItem", {"TableName": "t", "Item": {"PK": {"S": None}, "two": {"S": "x", "N": "1"}, "num": {"N": 1}}}),
+    (
+        "UpdateItem",
+        {
+            "TableName": "t",
+            "Key": {"PK": {"S": "p"}, "SK": {"S": "s"}},
+            "UpdateExpression": "SET a = :a, b = :b",
+            "ExpressionAttributeValues": {":a": {"L": [{"M": {"x": {"NULL": True}}}]}, ":b": {"BOOL": False}},
+            "ReturnValues": "ALL_NEW",
+        },
+    ),
+    (
+        "TransactWriteItems",
+        {
+            "TransactItems": [
+                {"Put": {"TableName": "t", "Item": WIRE_ITEM}},
+                {
+                    "ConditionCheck": {
+                        "TableName": "t",
+                        "Key": {"PK": {"S": "p"}, "SK": {"B": BLOB}},
+                        "ConditionExpression": "x",
+                    }
+                },
+            ]
+        },
+    ),
+    ("Query", {"TableName": "t", "ExclusiveStartKey": {**KEY_P, "SK": {"NS": ["1", "2"]}}}),
+    (
+        "BatchWriteItem",
+        {"RequestItems": {"t": [{"PutRequest": {"Item": WIRE_ITEM}}, {"DeleteRequest": {"Key": KEY_P}}]}},
+    ),
+]
+
+
+def parsed_requests() -> list[dict]:
+    model = botocore.session.get_session().get_service_model("dynamodb")
+    out = []
+    for operation, body in REQUESTS:
+        parser = moto_parse.JSONParser(model.operation_model(operation), map_type=dict)
+        request = {"method": "POST", "values": {}, "headers": {}, "body": json.dumps(body).encode(), "url_path": "/"}
+        out.append(parser.parse({**request, "url_params": {}}))
+    return out
+
+
+def test_dynamodb_requests_parse_as_moto_s_and_wire_form_values_skip_the_shape_walk(monkeypatch) -> None:
+    expected = parsed_requests()
+    assert expected[1]["Item"]["blob"] == {"B": b"\x00\xffraw"}, "moto decodes binary"
+    walked = {"n": 0}
+    moto_structure = moto_speed._moto_parse_structure
+
+    def counted(self: object, shape, value):
+        walked["n"] += shape.name == "AttributeValue"
+        return moto_structure(self, shape, value)
+
+    monkeypatch.setattr(moto_speed, "_moto_parse_structure", counted)
+    monkeypatch.setattr(moto_parse.BaseJSONParser, "_parse_structure", moto_speed.parse_structure)
+    assert parsed_requests() == expected
+    # Walked: the six values holding binary or inside one holding it (blob, blobs; m, its list, its
+    # blob; the condition check's key), and the three moto must judge itself. Nothing else.
+    assert walked["n"] == 9, "values in wire form are taken as they came"

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moto import backends
+from moto.core import parse as _parse
 from moto.core import responses as _core_responses
 from moto.core import serialize
 from moto.core.utils import unix_time, unix_time_millis
@@ -81,6 +82,7 @@ from loom.local.emulator import moto_index, moto_scan
 
 # moto's expression modules carry no types (``# type: ignore`` at their top): reach them untyped.
 ast_nodes: Any = _ast_nodes
+parse: Any = _parse  # moto's request parser carries no types either
 dynamo_type: Any = _dynamo_type
 ITEM_BOUND = 405_000  # moto's LimitedSizeDict bound (DynamoDB's is 400 KB)
 core_responses: Any = _core_responses
@@ -153,6 +155,18 @@ def serialize_structure(self: Any, serialized: Any, value: Any, shape: Any, key:
         self._default_serialize(serialized, value, shape, key)
         return
     _moto_structure(self, serialized, value, shape, key)
+
+
+_moto_parse_structure = parse.BaseJSONParser._parse_structure
+
+
+def parse_structure(self: Any, shape: Any, value: Any) -> Any:
+    """moto's JSON request parse of a structure, with a DynamoDB attribute value in wire form taken
+    as it came: moto walks its ten members to rebuild the same dict (an execution item's twenty
+    attributes on every PutItem), and what it rebuilds is the request's own fresh JSON."""
+    if shape.name == "AttributeValue" and is_wire_value(value):
+        return value
+    return _moto_parse_structure(self, shape, value)
 
 
 class _Partition:
@@ -778,6 +792,7 @@ def apply() -> None:
     for owner, name, value in expression_replacements():
         setattr(owner, name, value)
     serialize.BaseJSONSerializer._serialize_type_structure = serialize_structure  # type: ignore[method-assign]
+    parse.BaseJSONParser._parse_structure = parse_structure
     Table.query = query_partition  # type: ignore[method-assign]
     moto_scan.install()
     dynamodb_models.copy = _TablesKept()
