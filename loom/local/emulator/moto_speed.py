@@ -52,6 +52,12 @@ put the copy back should the transaction be cancelled: a pass over the whole tab
 transaction. The 1,000-execution soak (fan-out items, callbacks and children commit by
 transaction) spent half the emulator's time there and grew it to 4.5 GB. Now only the items the
 transaction writes are copied, and only those are put back (``transact_write_items``).
+
+After all that, a step's two writes still paid for work done twice or quadratically: a new item's
+UpdateItem (the commit makes one every step) was validated twice, the second time to the same
+answer (``validator_init``); an item's dict summed the sizes of all its attributes for each one
+added (``item_init``); and the request parser rebuilt every attribute value, member by member, from
+the request's own JSON (``parse_structure``).
 """
 
 from __future__ import annotations
