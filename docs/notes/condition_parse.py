@@ -36,10 +36,16 @@ def timed(store: DynamoStore) -> float:
     return (time.perf_counter() - began) / CALLS * 1000
 
 
-def alternated(rounds: int, ours: Callable[[], None], moto: Callable[[], None]) -> tuple[float, float]:
-    """Median ms of the engine's commit (template.yaml's table, moto in-process with the emulator's
-    replacements), with ``ours`` then ``moto`` set up, round by round, so that the machine's drift
-    hits both (docs/notes/validation_cost.py too)."""
+def alternated(
+    rounds: int,
+    ours: Callable[[], None],
+    moto: Callable[[], None],
+    measure: Callable[[DynamoStore], float] = timed,
+) -> tuple[float, float]:
+    """Median ms of the engine's commit, or of what ``measure`` times (template.yaml's table, moto
+    in-process with the emulator's replacements), with ``ours`` then ``moto`` set up, round by
+    round, so that the machine's drift hits both (docs/notes/validation_cost.py and
+    new_item_cost.py too)."""
     for owner, name, value in moto_speed.expression_replacements():
         setattr(owner, name, value)
     with_ours, with_moto = [], []
@@ -48,9 +54,9 @@ def alternated(rounds: int, ours: Callable[[], None], moto: Callable[[], None]) 
         store = DynamoStore(session.client("dynamodb"), create_resources(session)["Table"], 4)
         for _ in range(rounds):
             ours()
-            with_ours.append(timed(store))
+            with_ours.append(measure(store))
             moto()
-            with_moto.append(timed(store))
+            with_moto.append(measure(store))
     return statistics.median(with_ours), statistics.median(with_moto)
 
 

@@ -12,22 +12,18 @@ that the machine's drift hits both. Used by docs/notes/2026-12-08-machine-speed.
 
 from __future__ import annotations
 
-import statistics
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-import boto3
 from condition_parse import CALLS, alternated  # the same commit, store, timing and alternation
-from moto import mock_aws
 from moto.core import parse
 from moto.dynamodb.models import dynamo_type
 
 from engine.adapters.dynamodb import DynamoStore
 from engine.state import Execution, Status
 from loom.local.emulator import moto_speed
-from loom.template import create_resources
 
 ROUNDS = 8
 SERVES = moto_speed._FirstPass.serves
@@ -66,22 +62,6 @@ def _advance(store: DynamoStore) -> float:
     return (time.perf_counter() - began) / CALLS * 1000
 
 
-def advances(ours: Callable[[], None], moto: Callable[[], None]) -> tuple[float, float]:
-    """Median ms of the advance with ``ours`` then ``moto`` set up, round by round."""
-    for owner, name, value in moto_speed.expression_replacements():
-        setattr(owner, name, value)
-    with_ours, with_moto = [], []
-    with mock_aws():
-        session = boto3.Session(region_name="us-east-1")
-        store = DynamoStore(session.client("dynamodb"), create_resources(session)["Table"], 4)
-        for _ in range(ROUNDS):
-            ours()
-            with_ours.append(_advance(store))
-            moto()
-            with_moto.append(_advance(store))
-    return statistics.median(with_ours), statistics.median(with_moto)
-
-
 def _built(ours: bool) -> Callable[[], None]:
     def set_up() -> None:
         dynamo_type.Item.__init__ = moto_speed.item_init if ours else moto_speed._moto_item_init
@@ -98,9 +78,9 @@ def _parsed(ours: bool) -> Callable[[], None]:
 
 def main() -> None:
     once, twice = alternated(ROUNDS, _once, _twice)
-    built, moto_built = advances(_built(ours=True), _built(ours=False))
+    built, moto_built = alternated(ROUNDS, _built(ours=True), _built(ours=False), _advance)
     dynamo_type.Item.__init__ = moto_speed.item_init
-    taken, walked = advances(_parsed(ours=True), _parsed(ours=False))
+    taken, walked = alternated(ROUNDS, _parsed(ours=True), _parsed(ours=False), _advance)
     print(f"moto in-process with the emulator's replacements, median of {ROUNDS} x {CALLS}:")
     print(f"  the commit, a new item validated twice (moto): {twice:.3f} ms")
     print(f"  the commit, a new item validated once:         {once:.3f} ms")
