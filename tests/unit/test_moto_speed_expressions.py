@@ -173,7 +173,6 @@ def install(monkeypatch: pytest.MonkeyPatch) -> None:
     moto_speed._parsed.cache_clear()
     moto_speed._lexed.cache_clear()
     moto_speed._checked.clear()
-    moto_speed._names_keys.clear()
     moto_speed._fresh.__dict__.clear()
     moto_speed._conditions.__dict__.clear()
     for owner, name, value in moto_speed.expression_replacements():

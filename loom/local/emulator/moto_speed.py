@@ -528,7 +528,8 @@ _EXPRESSION_ONLY = (
     validators.OverlappingPathsValidator,
     validators.UpdateHashRangeKeyValidator,
 )
-_checked: dict[tuple[Any, ...], Any] = {}  # key -> the parse it was for (held, so its id is not reused)
+# key -> (the parse it was for, held so that its id is not reused; whether it names a key attribute)
+_checked: dict[tuple[Any, ...], tuple[Any, bool]] = {}
 _CHECKED_MAX = 4096
 _moto_validator_init = validators.Validator.__init__
 
@@ -537,14 +538,16 @@ _moto_validator_init = validators.Validator.__init__
 # holds only its key attributes. Of the ten passes only the attribute-resolving one reads the item,
 # so when the expression names no key attribute the second validation can only repeat the
 # first's answer: it is handed the first's validated tree (moto ignores the first's), never
-# validating again. The engine's commit writes a new step item every step.
+# validating again. Whether an expression names a key is kept beside its expression-only checks
+# (``_checked``), asked once per parse, names and key schema. The engine's commit writes a new
+# step item every step.
 _fresh = threading.local()  # .first: the last placeholder validation of this thread, for its second
-_names_keys: dict[tuple[Any, ...], tuple[Any, bool]] = {}  # as _checked: key -> (parse, answer)
 
 
 @dataclass(frozen=True)
 class _FirstPass:
-    """A new item's validation against its placeholder: what moto's second validation may reuse."""
+    """A new item's validation against its placeholder, of an expression that names no key
+    attribute: what moto's second validation may reuse."""
 
     source: Any  # the kept parse both validators are given
     names: Any  # the request's own dicts, held (identity is their test, so their ids stay theirs)
@@ -553,12 +556,11 @@ class _FirstPass:
     tree: Any  # the validated tree the first validation returned
 
     def serves(self, source: Any, names: Any, values: Any, item: Any, table: Any) -> bool:
-        """True for the same call's second validator: same parse, dicts and table, an item holding
-        only its key attributes, and an expression that names none of them."""
+        """True for the same call's second validator: same parse, dicts and table, and an item
+        holding only its key attributes."""
         if source is not self.source or names is not self.names or values is not self.values:
             return False
-        keys = table.table_key_attrs
-        return table is self.table and set(item.attrs) <= set(keys) and not _names_a_key(source, names, keys)
+        return table is self.table and set(item.attrs) <= set(table.table_key_attrs)
 
 
 def _attribute_names(node: Any, names: dict[str, str], out: set[str]) -> set[str]:
@@ -575,15 +577,7 @@ def _attribute_names(node: Any, names: dict[str, str], out: set[str]) -> set[str
 
 
 def _names_a_key(source: Any, names: Any, keys: list[str]) -> bool:
-    key = (id(source), tuple(sorted((names or {}).items())), tuple(keys))
-    kept = _names_keys.get(key)
-    if kept is not None and kept[0] is source:
-        return kept[1]
-    answer = not _attribute_names(source, names or {}, set()).isdisjoint(keys)
-    if len(_names_keys) >= _CHECKED_MAX:
-        _names_keys.clear()
-    _names_keys[key] = (source, answer)
-    return answer
+    return not _attribute_names(source, names or {}, set()).isdisjoint(keys)
 
 
 def validator_init(
@@ -620,17 +614,23 @@ def validate_update(self: Any) -> Any:
         return self.node_to_validate
     key = _checked_key(self)
     source = self.__dict__.get("_loom_source")
-    known = source is not None and _checked.get(key) is source
+    kept = _checked.get(key)
+    if kept is not None and kept[0] is not source:
+        kept = None
+    known = source is not None and kept is not None
     node = self.node_to_validate
     for processor in self.processors:
         if known and isinstance(processor, _EXPRESSION_ONLY):
             continue
         node = processor.traverse(node)
-    if source is not None and not known:
+    if source is None:
+        return node
+    if kept is None:
         if len(_checked) >= _CHECKED_MAX:
             _checked.clear()
-        _checked[key] = source
-    if source is not None and not self.item.attrs:  # the placeholder of an item not yet made
+        keys = self.table.table_key_attrs
+        kept = _checked[key] = (source, _names_a_key(source, self.expression_attribute_names, keys))
+    if not kept[1] and not self.item.attrs:  # a placeholder: the item is not made yet
         _fresh.first = _FirstPass(
             source, self.expression_attribute_names, self.expression_attribute_values, self.table, node
         )
